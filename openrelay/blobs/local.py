@@ -1,0 +1,82 @@
+"""Blobs as files under one directory. Writes go to a temporary name, are fsynced, then renamed into place."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import StoreError
+
+__all__ = ["LocalBlobStore", "BlobMissing"]
+
+
+class BlobMissing(StoreError):
+    code = "blob_missing"
+
+
+class LocalBlobStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise StoreError(f"bad blob key {key!r}")
+        return self.root / key
+
+    @contextlib.contextmanager
+    def writer(self, key: str) -> Iterator[BinaryIO]:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb", buffering=1 << 20) as out:
+                yield out
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    @contextlib.contextmanager
+    def open(self, key: str) -> Iterator[BinaryIO]:
+        try:
+            handle = open(self._path(key), "rb", buffering=1 << 20)  # noqa: SIM115 - closed below
+        except FileNotFoundError as exc:
+            raise BlobMissing(f"blob {key!r} is missing") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot read blob {key!r}: {exc}") from exc
+        with handle:
+            yield handle
+
+    def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
+        with self.open(key) as handle:
+            while chunk := handle.read(chunk_size):
+                yield chunk
+
+    def compose(self, key: str, sources: Iterable[str]) -> int:
+        with self.writer(key) as out:
+            for source in sources:
+                with self.open(source) as handle:
+                    shutil.copyfileobj(handle, out, 1 << 20)
+        return self.size(key)
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError as exc:
+            raise BlobMissing(f"blob {key!r} is missing") from exc
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()

@@ -1,0 +1,100 @@
+"""The catalog: which models are offered, on which endpoints, at what price, served by which engine."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidRequest
+
+__all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "load_catalog"]
+
+ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions")
+_NANO_PER_USD_PER_MTOK = Decimal(1000)  # 1 USD per Mtok = 1,000 nano-USD per token
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    name: str
+    endpoints: tuple[str, ...]
+    slots: int
+    concurrency: int
+    input_usd_per_mtok: Decimal
+    output_usd_per_mtok: Decimal
+    engine: dict[str, Any]
+
+    def cost_nano_usd(self, prompt_tokens: int, completion_tokens: int, factor: Decimal) -> int:
+        raw = (prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok)
+        return int((raw * _NANO_PER_USD_PER_MTOK * factor).to_integral_value(ROUND_HALF_EVEN))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Catalog:
+    models: dict[str, ModelSpec]
+    pricing: dict[str, Decimal]
+    tools_allow: tuple[str, ...] = field(default_factory=tuple)
+
+    def names(self) -> list[str]:
+        return sorted(self.models)
+
+    def factor(self, priority: str) -> Decimal:
+        return self.pricing[priority]
+
+    def tool_url_allowed(self, url: str) -> bool:
+        return any(url.startswith(prefix) for prefix in self.tools_allow)
+
+    def as_api(self) -> dict[str, Any]:
+        return {"object": "list", "data": [
+            {"id": m.name, "object": "model", "endpoints": list(m.endpoints), "owned_by": "openrelay"}
+            for m in sorted(self.models.values(), key=lambda m: m.name)
+        ]}
+
+
+def _model(raw: dict[str, Any]) -> ModelSpec:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("catalog: every [[models]] needs a name")
+    endpoints = tuple(raw.get("endpoints") or ("/v1/chat/completions",))
+    for ep in endpoints:
+        if ep not in ENDPOINTS:
+            raise InvalidRequest(f"catalog: model {name!r} names unsupported endpoint {ep!r}")
+    engine = raw.get("engine")
+    if not isinstance(engine, dict) or "kind" not in engine:
+        raise InvalidRequest(f"catalog: model {name!r} needs engine = {{ kind = ... }}")
+    slots, concurrency = int(raw.get("slots", 1)), int(raw.get("concurrency", 8))
+    if slots < 1 or concurrency < 1:
+        raise InvalidRequest(f"catalog: model {name!r} needs slots and concurrency >= 1")
+    return ModelSpec(
+        name=name,
+        endpoints=endpoints,
+        slots=slots,
+        concurrency=concurrency,
+        input_usd_per_mtok=Decimal(str(raw.get("input_usd_per_mtok", 0))),
+        output_usd_per_mtok=Decimal(str(raw.get("output_usd_per_mtok", 0))),
+        engine=dict(engine),
+    )
+
+
+def parse_catalog(text: str) -> Catalog:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"catalog: {exc}") from exc
+    pricing = {"standard": Decimal("0.5"), "expedited": Decimal("0.75")}
+    pricing.update({k: Decimal(str(v)) for k, v in (raw.get("pricing") or {}).items()})
+    models = [_model(m) for m in raw.get("models", [])]
+    allow = tuple((raw.get("tools") or {}).get("allow", ()))
+    return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=allow)
+
+
+def load_catalog(path: Path | None) -> Catalog:
+    """The catalog at ``path``, or the built-in one of local CPU models."""
+    if path is None:
+        text = resources.files("openrelay").joinpath("builtin_catalog.toml").read_text()
+    else:
+        text = Path(path).read_text()
+    return parse_catalog(text)

@@ -1,0 +1,128 @@
+"""`orl admin`: organizations, keys, budgets and feature switches, straight on the store.
+
+Safe while `orl serve` runs on the same store: every change is one short transaction.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from ..errors import OpenRelayError
+from ..runtime import open_store
+from ..store.accounts import Accounts
+from ..types import ALL_SCOPES, ApiKey
+from .http import exit_code
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Operate on the store directly: organizations and API keys.", no_args_is_help=True)
+org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
+key_app = typer.Typer(help="API keys.", no_args_is_help=True)
+app.add_typer(org_app, name="org")
+app.add_typer(key_app, name="key")
+
+_state: dict[str, Any] = {}
+
+
+@app.callback()
+def _store(
+    data_dir: Annotated[Path, typer.Option(help="Data directory of `orl serve` (its SQLite store).")] =
+        Path(".openrelay"),
+    database_url: Annotated[str | None, typer.Option(help="Store URL instead of the data dir's SQLite.")] = None,
+) -> None:
+    _state["url"] = database_url or f"sqlite:///{data_dir.expanduser().resolve() / 'openrelay.db'}"
+    if database_url is None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _accounts() -> Accounts:
+    if "accounts" not in _state:
+        _state["db"], _state["accounts"] = open_store(_state["url"])
+    return _state["accounts"]
+
+
+def _print(data: Any) -> None:
+    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def _fail(exc: OpenRelayError) -> None:
+    typer.echo(f"error: {exc.message}", err=True)
+    raise typer.Exit(exit_code(exc.status, exc.code))
+
+
+def _key_view(key: ApiKey) -> dict[str, Any]:
+    return {"id": key.id, "org_id": key.org_id, "prefix": key.prefix, "scopes": sorted(key.scopes),
+            "budget_usd": None if key.budget_nano_usd is None else float(Decimal(key.budget_nano_usd) / 10**9),
+            "spent_usd": float(Decimal(key.spent_nano_usd) / 10**9), "created_at": key.created_at,
+            "revoked_at": key.revoked_at}
+
+
+@org_app.command("create")
+def org_create(name: str) -> None:
+    """Create an organization."""
+    try:
+        org = _accounts().create_org(name)
+    except OpenRelayError as exc:
+        _fail(exc)
+    _print({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
+
+
+@org_app.command("list")
+def org_list() -> None:
+    """List organizations."""
+    _print([{"id": o.id, "name": o.name, "expedited": o.expedited_enabled} for o in _accounts().list_orgs()])
+
+
+@org_app.command("set")
+def org_set(name: str, expedited: Annotated[str, typer.Option(help="on or off")]) -> None:
+    """Turn an organization's feature switches on or off."""
+    if expedited not in ("on", "off"):
+        raise typer.BadParameter("--expedited takes on or off")
+    try:
+        org = _accounts().set_expedited(name, expedited == "on")
+    except OpenRelayError as exc:
+        _fail(exc)
+    _print({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
+
+
+@key_app.command("create")
+def key_create(
+    org: Annotated[str, typer.Option(help="Organization name.")],
+    scopes: Annotated[str, typer.Option(help="Comma-separated scopes.")] = ",".join(ALL_SCOPES),
+    budget_usd: Annotated[float | None, typer.Option(help="Spend budget in USD.")] = None,
+) -> None:
+    """Create a key; prints only the new secret on stdout (it is shown once)."""
+    try:
+        accounts = _accounts()
+        budget = None if budget_usd is None else int(Decimal(str(budget_usd)) * 10**9)
+        _key, secret = accounts.create_key(accounts.org_by_name(org).id,
+                                           scopes=tuple(s.strip() for s in scopes.split(",") if s.strip()),
+                                           budget_nano_usd=budget)
+    except OpenRelayError as exc:
+        _fail(exc)
+    typer.echo(secret)
+
+
+@key_app.command("list")
+def key_list(org: Annotated[str | None, typer.Option(help="Only this organization's keys.")] = None) -> None:
+    """List keys (never their secrets)."""
+    try:
+        accounts = _accounts()
+        org_id = accounts.org_by_name(org).id if org else None
+        _print([_key_view(k) for k in accounts.list_keys(org_id)])
+    except OpenRelayError as exc:
+        _fail(exc)
+
+
+@key_app.command("revoke")
+def key_revoke(key_id: str) -> None:
+    """Revoke a key by id; it stops working at once."""
+    try:
+        _print(_key_view(_accounts().revoke_key(key_id)))
+    except OpenRelayError as exc:
+        _fail(exc)

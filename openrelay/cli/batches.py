@@ -1,0 +1,194 @@
+"""`orl batches ...`: create, inspect, list, cancel, re-tag and wait for batches (the /v1/batches API)."""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
+
+__all__ = ["app", "parse_pairs", "rejection_preview"]
+
+app = typer.Typer(help="Create, inspect, list, cancel and wait for batches.", no_args_is_help=True)
+
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+PREVIEW_LIMIT = 10
+
+BatchId = Annotated[str, typer.Argument(help="Batch id, e.g. batch_9f8e7d6c5b4a.")]
+
+
+class Priority(StrEnum):
+    standard = "standard"
+    expedited = "expedited"
+
+
+def parse_pairs(pairs: list[str]) -> dict[str, str]:
+    """``k=v`` arguments to a map; the value may itself contain ``=``."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected key=value, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def rejection_preview(records: list[dict[str, Any]], count: int) -> list[str]:
+    """Human lines for up to PREVIEW_LIMIT rejected records, plus how many were left out."""
+    lines = []
+    for rec in records[:PREVIEW_LIMIT]:
+        # An unreadable line has an empty custom_id; show "" so the columns stay countable.
+        custom_id = rec.get("custom_id") or '""'
+        lines.append(f"line {rec.get('line')}  {custom_id}  {rec.get('code')}  {rec.get('message')}")
+    hidden = max(count, len(records)) - min(len(records), PREVIEW_LIMIT)
+    if hidden > 0:
+        lines.append(f"... and {hidden} more")
+    return lines
+
+
+def _report_rejections(client: ApiClient, info: dict[str, Any], rejections_out: str | None) -> None:
+    """Shared by the 200 (fields on the batch) and the 400 no_valid_records (fields on the error object)."""
+    records = info.get("rejected_records") or []
+    count = int(info.get("rejected_count") or len(records))
+    file_id = info.get("rejected_records_file_id")
+    if count > 0:
+        say(f"rejected {count} record(s):")
+        for line in rejection_preview(records, count):
+            say(f"  {line}")
+        if file_id:
+            say(f"rejections file: {file_id}")
+    if rejections_out is None:
+        return
+    if file_id:
+        client.download_to(f"files/{file_id}/content", rejections_out)
+    elif rejections_out != "-":
+        # No rejections: an empty file still tells a script "nothing was rejected".
+        Path(rejections_out).write_bytes(b"")
+
+
+@app.command()
+def create(
+    input_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, readable=True, help="Upload this JSONL, then create."),
+    ] = None,
+    input_file_id: Annotated[str | None, typer.Option(help="An already uploaded file id.")] = None,
+    endpoint: Annotated[str, typer.Option(help="Endpoint every record targets.")] = "/v1/chat/completions",
+    completion_window: Annotated[str, typer.Option(help="Completion window.")] = "24h",
+    priority: Annotated[Priority | None, typer.Option(help="Queue tier (server default: standard).")] = None,
+    metadata: Annotated[list[str] | None, typer.Option(help="key=value; repeatable.")] = None,
+    rejections_out: Annotated[
+        str | None, typer.Option(help="Write every rejected record (JSONL) here; '-' for stdout.")
+    ] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Sent as the Idempotency-Key header.")] = None,
+) -> None:
+    """Create a batch; rejected records are previewed on stderr."""
+    if (input_file is None) == (input_file_id is None):
+        raise typer.BadParameter("give exactly one of --input-file and --input-file-id")
+    meta = parse_pairs(metadata or [])
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
+
+    def body(client: ApiClient) -> None:
+        file_id = input_file_id
+        if input_file is not None:
+            uploaded = client.upload(input_file, "batch")
+            file_id = uploaded["id"]
+            say(f"uploaded {input_file} as {file_id}")
+        request: dict[str, Any] = {
+            "input_file_id": file_id,
+            "endpoint": endpoint,
+            "completion_window": completion_window,
+        }
+        if priority is not None:
+            request["priority"] = priority.value
+        if meta:
+            request["metadata"] = meta
+        try:
+            batch = client.post("batches", request, headers=headers)
+        except ApiError as exc:
+            if exc.code == "no_valid_records":
+                _report_rejections(client, exc.error, rejections_out)
+            raise  # run() prints the envelope and exits 2
+        print_json(batch)
+        _report_rejections(client, batch, rejections_out)
+
+    run(body)
+
+
+@app.command()
+def get(batch_id: BatchId) -> None:
+    """Print a batch."""
+    run(lambda client: print_json(client.get(f"batches/{batch_id}")))
+
+
+@app.command("list")
+def list_batches(
+    limit: Annotated[int | None, typer.Option(min=1, max=100, help="Page size (server default 20).")] = None,
+    after: Annotated[str | None, typer.Option(help="Start after this batch id.")] = None,
+    status: Annotated[str | None, typer.Option(help="Only batches with this status.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only batches of this model.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only batches carrying this tag.")] = None,
+) -> None:
+    """List batches, newest first (one page)."""
+    params = {"limit": limit, "after": after, "status": status, "model": model, "tag": tag}
+    run(lambda client: print_json(client.get("batches", params)))
+
+
+@app.command()
+def cancel(batch_id: BatchId) -> None:
+    """Cancel a running batch (409 when it is already terminal)."""
+    run(lambda client: print_json(client.post(f"batches/{batch_id}/cancel")))
+
+
+@app.command()
+def metadata(
+    batch_id: BatchId,
+    pairs: Annotated[list[str] | None, typer.Argument(help="key=value pairs; none clears the map.")] = None,
+) -> None:
+    """Replace a batch's whole metadata map."""
+    meta = parse_pairs(pairs or [])
+    run(lambda client: print_json(client.post(f"batches/{batch_id}/metadata", {"metadata": meta})))
+
+
+def _describe(batch: dict[str, Any]) -> str:
+    status = str(batch.get("status"))
+    # A queued batch reads in_progress with in_progress_at null (CONTRACT section 7); say so to a person.
+    if status == "in_progress" and batch.get("in_progress_at") is None:
+        status = "in_progress (queued)"
+    return f"{batch.get('id')} {status}"
+
+
+def _draw(progress: Progress, task: TaskID, batch: dict[str, Any]) -> None:
+    counts = batch.get("request_counts") or {}
+    total = int(counts.get("total") or 0)
+    done = int(counts.get("completed") or 0) + int(counts.get("failed") or 0)
+    # Total is unknown (0) while validating: an indeterminate bar rather than a misleading 0/0.
+    progress.update(task, total=total or None, completed=done, description=_describe(batch))
+
+
+@app.command()
+def wait(
+    batch_id: BatchId,
+    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between polls.")] = 1.0,
+) -> None:
+    """Poll a batch until it is terminal, drawing progress on stderr; print the final batch."""
+
+    def body(client: ApiClient) -> None:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True)) as progress:
+            task = progress.add_task(batch_id, total=None)
+            while True:
+                batch = client.get(f"batches/{batch_id}")
+                _draw(progress, task, batch)
+                if batch.get("status") in TERMINAL:
+                    break
+                time.sleep(interval)
+        print_json(batch)
+
+    run(body)

@@ -1,0 +1,64 @@
+"""`orl`: the one command. Users' commands talk HTTP; `serve`, `worker` and `admin` are for operators."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from . import admin, batches, files, models
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="OpenRelay Batches: OpenAI-compatible batch inference.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+app.add_typer(batches.app, name="batches")
+app.add_typer(files.app, name="files")
+app.add_typer(admin.app, name="admin")
+app.command("models")(models.models)
+
+DataDir = Annotated[Path, typer.Option(help="Where the SQLite store and the blobs live.")]
+DatabaseUrl = Annotated[str | None, typer.Option(help="sqlite:///... or postgresql://... (default: SQLite in "
+                                                     "the data dir).")]
+CatalogFile = Annotated[Path | None, typer.Option("--catalog", help="Catalog TOML (default: built-in local "
+                                                                    "models).")]
+Window = Annotated[int, typer.Option(help="Seconds in the 24h completion window (tests shorten it).")]
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8080,
+    data_dir: DataDir = Path(".openrelay"),
+    catalog: CatalogFile = None,
+    database_url: DatabaseUrl = None,
+    window_seconds: Window = 86_400,
+) -> None:
+    """Run the API, the scheduler and a worker in one process."""
+    from ..config import Settings
+    from ..server import serve as run_server
+
+    settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
+                              window_seconds=window_seconds)
+    run_server(settings, host=host, port=port)
+
+
+@app.command()
+def worker(
+    data_dir: DataDir = Path(".openrelay"),
+    catalog: CatalogFile = None,
+    database_url: DatabaseUrl = None,
+    window_seconds: Window = 86_400,
+) -> None:
+    """Run a worker only: claims and runs batches from the shared store."""
+    from ..config import Settings
+    from ..server import run_worker
+
+    settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
+                              window_seconds=window_seconds)
+    run_worker(settings)
+
+
+def main() -> None:
+    app()

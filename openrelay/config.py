@@ -1,0 +1,59 @@
+"""Run-time settings of one OpenRelay process, from CLI flags (and a few environment overrides for tests)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Settings"]
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    data_dir: Path
+    database_url: str
+    catalog_path: Path | None = None
+    window_seconds: int = 86_400  # length of the "24h" completion window
+    max_upload_bytes: int = 200 * 1024 * 1024
+    max_records: int = 50_000
+    max_line_bytes: int = 64 * 1024 * 1024  # a longer line makes the input unreadable
+    lease_seconds: float = 15.0  # a running batch's claim; renewed by its worker's heartbeat
+    tick_seconds: float = 0.2  # scheduler and heartbeat period
+    flush_seconds: float = 0.1  # results are made durable at least this often while a batch runs
+    flush_records: int = 500  # ... or when this many are waiting
+    retry_attempts: int = 5  # engine attempts per record for retryable failures
+    retry_base_seconds: float = 0.5  # first backoff; doubles each retry, capped below
+    retry_max_seconds: float = 8.0
+
+    @classmethod
+    def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
+              window_seconds: int = 86_400) -> Settings:
+        data_dir = data_dir.expanduser().resolve()
+        url = database_url or f"sqlite:///{data_dir / 'openrelay.db'}"
+        return cls(
+            data_dir=data_dir,
+            database_url=url,
+            catalog_path=catalog_path,
+            window_seconds=window_seconds,
+            max_line_bytes=_env_int("OPENRELAY_MAX_LINE_BYTES", 64 * 1024 * 1024),
+            lease_seconds=_env_float("OPENRELAY_LEASE_SECONDS", 15.0),
+            tick_seconds=_env_float("OPENRELAY_TICK_SECONDS", 0.2),
+            retry_attempts=_env_int("OPENRELAY_RETRY_ATTEMPTS", 5),
+            retry_base_seconds=_env_float("OPENRELAY_RETRY_BASE_SECONDS", 0.5),
+            retry_max_seconds=_env_float("OPENRELAY_RETRY_MAX_SECONDS", 8.0),
+        )
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"

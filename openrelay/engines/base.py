@@ -1,0 +1,39 @@
+"""The engine interface: send one request body to a model server, get its HTTP-like answer back.
+
+An engine answers every request it could deliver with an ``EngineReply`` (any status); it raises
+``EngineUnavailable`` only when no answer came (connection refused, timeout, process gone). Deciding what to
+retry is the worker's business, not the engine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import OpenRelayError
+
+__all__ = ["Engine", "EngineReply", "EngineUnavailable", "error_body"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineReply:
+    status_code: int
+    body: dict[str, Any]
+
+
+class EngineUnavailable(OpenRelayError):
+    status = 503
+    code = "engine_unavailable"
+
+
+class Engine(Protocol):
+    async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
+        """``endpoint`` is the batch endpoint (e.g. ``/v1/chat/completions``); ``body`` already names the
+        engine's own model."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def error_body(message: str, *, type_: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}

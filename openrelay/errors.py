@@ -1,0 +1,115 @@
+"""The one error tree of OpenRelay.
+
+Every error a client can see is an ``OpenRelayError`` carrying its HTTP status, OpenAI ``type`` and ``code``;
+the API renders them with one function (``api.render``) into the OpenAI envelope::
+
+    OpenRelayError                       (500 server_error)
+    ├── InvalidRequest                   400 invalid_request_error   bad field, with ``param``
+    │   ├── NoValidRecords               400 no_valid_records        every record rejected (extra fields)
+    │   └── InputRefused                 400 workflow_unsupported | input_too_large | input_unreadable
+    ├── PayloadTooLarge                  413 file_too_large
+    ├── Unauthorized                     401 invalid_api_key
+    ├── InsufficientScope                403 insufficient_scope
+    ├── BudgetExceeded                   402 key_budget_exceeded
+    ├── NotFound                         404 not_found
+    ├── Conflict                         409 (code given: batch_terminal, feature_disabled, ...)
+    └── StoreError                       500 store_error             a database or blob failure, translated
+
+Driver exceptions (SQLAlchemy, OS errors of the blob store, httpx) are translated at the boundary of the module
+that owns the driver; nothing above ``store/``, ``blobs/`` or ``engines/`` sees them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "OpenRelayError",
+    "InvalidRequest",
+    "NoValidRecords",
+    "InputRefused",
+    "PayloadTooLarge",
+    "Unauthorized",
+    "InsufficientScope",
+    "BudgetExceeded",
+    "NotFound",
+    "Conflict",
+    "StoreError",
+]
+
+
+class OpenRelayError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = "server_error"
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.param = param
+        self.extra = extra or {}
+
+    def envelope(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": self.message, "type": self.type, "code": self.code,
+                                "param": self.param}
+        body.update(self.extra)
+        return {"error": body}
+
+
+class InvalidRequest(OpenRelayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request_error"
+
+
+class NoValidRecords(InvalidRequest):
+    code = "no_valid_records"
+
+
+class InputRefused(InvalidRequest):
+    """The whole create is refused because of the input as a whole (workflow, size, unreadable)."""
+
+
+class PayloadTooLarge(OpenRelayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "file_too_large"
+
+
+class Unauthorized(OpenRelayError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class InsufficientScope(OpenRelayError):
+    status = 403
+    type = "permission_error"
+    code = "insufficient_scope"
+
+
+class BudgetExceeded(OpenRelayError):
+    status = 402
+    type = "insufficient_quota"
+    code = "key_budget_exceeded"
+
+
+class NotFound(OpenRelayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class Conflict(OpenRelayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class StoreError(OpenRelayError):
+    status = 500
+    type = "server_error"
+    code = "store_error"

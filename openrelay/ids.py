@@ -1,0 +1,45 @@
+"""Identifiers and clocks. Ids are random hex so they reveal nothing and never collide across workers."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+__all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "now", "now_ns",
+           "output_file_id", "error_file_id"]
+
+
+def new_batch_id() -> str:
+    return f"batch_{secrets.token_hex(6)}"
+
+
+def new_file_id() -> str:
+    return f"file-{secrets.token_hex(12)}"
+
+
+def new_org_id() -> str:
+    return f"org_{secrets.token_hex(8)}"
+
+
+def new_key_id() -> str:
+    return f"key_{secrets.token_hex(8)}"
+
+
+def new_api_key() -> str:
+    return f"orl-{secrets.token_urlsafe(32)}"
+
+
+def output_file_id(batch_id: str) -> str:
+    return f"file-{batch_id}-output"
+
+
+def error_file_id(batch_id: str) -> str:
+    return f"file-{batch_id}-error"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def now_ns() -> int:
+    return time.time_ns()

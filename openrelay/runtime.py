@@ -1,0 +1,55 @@
+"""The one factory: builds the store, blob store and catalog from settings. Nothing else constructs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .blobs.base import BlobStore
+from .blobs.local import LocalBlobStore
+from .catalog import Catalog, load_catalog
+from .config import Settings
+from .store.accounts import Accounts
+from .store.batches import Batches
+from .store.db import Database
+from .store.files import Files
+from .store.results import Results
+
+__all__ = ["Runtime", "open_runtime", "open_store"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runtime:
+    settings: Settings
+    db: Database
+    accounts: Accounts
+    files: Files
+    batches: Batches
+    results: Results
+    blobs: BlobStore
+    catalog: Catalog
+
+    def close(self) -> None:
+        self.db.dispose()
+
+
+def open_store(database_url: str) -> tuple[Database, Accounts]:
+    """Just the database (for ``orl admin``): migrated, with the accounts view."""
+    db = Database(database_url)
+    db.migrate()
+    return db, Accounts(db)
+
+
+def open_runtime(settings: Settings) -> Runtime:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.database_url)
+    db.migrate()
+    return Runtime(
+        settings=settings,
+        db=db,
+        accounts=Accounts(db),
+        files=Files(db),
+        batches=Batches(db),
+        results=Results(db),
+        blobs=LocalBlobStore(settings.blob_dir),
+        catalog=load_catalog(settings.catalog_path),
+    )

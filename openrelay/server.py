@@ -1,0 +1,77 @@
+"""``orl serve`` and ``orl worker``: the processes. Serve hosts the API, the scheduler and a worker in one
+event loop; they still talk only through the store, exactly as separate processes would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from .api.app import create_app
+from .config import Settings
+from .runtime import Runtime, open_runtime
+from .worker.worker import Worker
+
+__all__ = ["serve", "run_worker", "bootstrap"]
+
+log = logging.getLogger("openrelay")
+
+
+def bootstrap(rt: Runtime) -> None:
+    """On an empty store: organization ``default`` and a key with every scope, written to the data dir."""
+    if rt.accounts.list_orgs():
+        return
+    org = rt.accounts.create_org("default")
+    _key, secret = rt.accounts.create_key(org.id)
+    path: Path = rt.settings.data_dir / "api-key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    os.chmod(path, 0o600)
+    print(f"openrelay: created organization 'default' and an API key with every scope; it is in {path}",
+          file=sys.stderr)
+
+
+def serve(settings: Settings, *, host: str, port: int) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    rt = open_runtime(settings)
+    bootstrap(rt)
+    worker = Worker(rt)
+    app: FastAPI = create_app(rt)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(worker.run_forever())
+        try:
+            yield
+        finally:
+            await worker.stop()
+            task.cancel()
+            rt.close()
+
+    app.router.lifespan_context = lifespan
+    print(f"openrelay: serving http://{host}:{port}/v1 (data in {settings.data_dir})", file=sys.stderr)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def run_worker(settings: Settings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    rt = open_runtime(settings)
+    worker = Worker(rt)
+
+    async def main() -> None:
+        try:
+            await worker.run_forever()
+        finally:
+            await worker.stop()
+            rt.close()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())

@@ -1,0 +1,187 @@
+"""Batches: create (CONTRACT section 3, in its order), read, list, cancel, metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..catalog import ENDPOINTS
+from ..errors import Conflict, InvalidRequest, NoValidRecords
+from ..ids import new_batch_id, new_file_id, now, now_ns
+from ..runtime import Runtime
+from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope
+from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
+from ..worker.inputs import rejections_key
+from .auth import require, require_budget
+
+__all__ = ["create_batch", "get_batch", "list_batches", "cancel_batch", "replace_metadata", "check_metadata"]
+
+WINDOWS = ("24h",)
+
+
+def create_batch(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
+    body = _json_object(raw)
+    require(key, Scope.BATCH_WRITE, *((Scope.FILES_READ,) if "input_file_id" in body else ()))
+    require_budget(key)
+    priority = body.get("priority", Priority.STANDARD.value)
+    if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
+        raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")
+    endpoint, metadata = _check_fields(body, priority)
+    batch_id = new_batch_id()
+    new_files: list[dict[str, Any]] = []
+    if "input_file_id" in body:
+        input_file = rt.files.get(key.org_id, body["input_file_id"])
+        if input_file.purpose != "batch":
+            raise InvalidRequest(f"file {input_file.id} has purpose {input_file.purpose!r}, not 'batch'",
+                                 param="input_file_id")
+        input_file_id, blob_key = input_file.id, input_file.blob_key
+        with rt.blobs.open(blob_key) as handle:
+            result = scan_records(file_lines(handle, rt.settings.max_line_bytes), endpoint=endpoint,
+                                  catalog=rt.catalog, max_records=rt.settings.max_records)
+    else:
+        requests = body["requests"]
+        result = scan_records(inline_lines(requests), endpoint=endpoint, catalog=rt.catalog,
+                              max_records=rt.settings.max_records)
+        input_file_id, blob_key = new_file_id(), ""
+    if result.accepted == 0:
+        _refuse_no_valid_records(rt, key, result)
+    if not blob_key:
+        blob_key = f"files/{input_file_id}"
+        size = _store_inline(rt, blob_key, body["requests"])
+        new_files.append(_file_values(input_file_id, key, "batch", f"{batch_id}_requests.jsonl", size, blob_key))
+    rejections_file_id = None
+    if result.rejections:
+        rejections_file_id = new_file_id()
+        size = _store_rejections(rt, rejections_key(batch_id), result.rejections)
+        new_files.append(_file_values(rejections_file_id, key, "batch_output", f"{batch_id}_rejections.jsonl",
+                                      size, rejections_key(batch_id)))
+    created = now()
+    batch = Batch(
+        id=batch_id, org_id=key.org_id, key_id=key.id, endpoint=endpoint, input_file_id=input_file_id,
+        input_blob_key=blob_key, completion_window="24h", priority=priority, status=BatchStatus.VALIDATING,
+        model=result.model or "", created_at=created, expires_at=created + rt.settings.window_seconds,
+        total=result.total, failed=len(result.rejections), rejected_count=len(result.rejections),
+        rejections_file_id=rejections_file_id, metadata=metadata,
+    )
+    rt.batches.create(batch, now_ns(), new_files)
+    answer = batch.as_api()
+    answer["rejected_count"] = batch.rejected_count
+    if result.rejections:
+        answer["rejected_records"] = [r.as_api() for r in result.rejections]
+        answer["rejected_records_file_id"] = rejections_file_id
+    return answer
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+def _check_fields(body: dict[str, Any], priority: Any) -> tuple[str, dict[str, str] | None]:
+    endpoint = body.get("endpoint")
+    if endpoint not in ENDPOINTS:
+        raise InvalidRequest(f"endpoint must be one of: {', '.join(ENDPOINTS)}", param="endpoint")
+    if body.get("completion_window") not in WINDOWS:
+        raise InvalidRequest('completion_window must be "24h"', param="completion_window")
+    if priority not in (Priority.STANDARD.value, Priority.EXPEDITED.value):
+        raise InvalidRequest('priority must be "standard" or "expedited"', param="priority")
+    metadata = check_metadata(body.get("metadata"))
+    has_file, has_inline = "input_file_id" in body, "requests" in body
+    if has_file == has_inline:
+        raise InvalidRequest("give exactly one of input_file_id and requests", param="input_file_id")
+    if has_file and not isinstance(body["input_file_id"], str):
+        raise InvalidRequest("input_file_id must be a string", param="input_file_id")
+    if has_inline and (not isinstance(body["requests"], list) or not body["requests"]):
+        raise InvalidRequest("requests must be a non-empty list of request objects", param="requests")
+    return endpoint, metadata
+
+
+def check_metadata(metadata: Any) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("metadata must be an object of string values", param="metadata")
+    if len(metadata) > 32:
+        raise InvalidRequest("metadata takes at most 32 keys", param="metadata")
+    for k, v in metadata.items():
+        if len(k) > 64:
+            raise InvalidRequest(f"metadata key {k[:64]!r}... is longer than 64 characters", param="metadata")
+        if not isinstance(v, str):
+            raise InvalidRequest(f"metadata value of {k!r} must be a string", param="metadata")
+        if len(v) > 512:
+            raise InvalidRequest(f"metadata value of {k!r} is longer than 512 characters", param="metadata")
+    return metadata or None
+
+
+def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult) -> None:
+    file_id = new_file_id()
+    blob_key = f"rejections/{file_id}.jsonl"
+    size = _store_rejections(rt, blob_key, result.rejections)
+    rt.files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
+                 size=size, blob_key=blob_key)
+    raise NoValidRecords(
+        f"all {result.total} records were rejected; see rejected_records",
+        extra={
+            "rejected_records": [r.as_api() for r in result.rejections],
+            "rejected_records_file_id": file_id,
+            "rejected_count": len(result.rejections),
+            "request_counts": {"total": result.total, "completed": 0, "failed": result.total},
+        },
+    )
+
+
+def _store_rejections(rt: Runtime, blob_key: str, rejections: list[Rejection]) -> int:
+    with rt.blobs.writer(blob_key) as out:
+        for rejection in rejections:
+            out.write(orjson.dumps(rejection.as_api()) + b"\n")
+    return rt.blobs.size(blob_key)
+
+
+def _store_inline(rt: Runtime, blob_key: str, requests: list[Any]) -> int:
+    with rt.blobs.writer(blob_key) as out:
+        for request in requests:
+            out.write(orjson.dumps(request) + b"\n")
+    return rt.blobs.size(blob_key)
+
+
+def _file_values(file_id: str, key: ApiKey, purpose: str, filename: str, size: int,
+                 blob_key: str) -> dict[str, Any]:
+    return {"file_id": file_id, "org_id": key.org_id, "purpose": purpose, "filename": filename, "size": size,
+            "blob_key": blob_key}
+
+
+def get_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:
+    require(key, Scope.BATCH_READ)
+    return rt.batches.get(key.org_id, batch_id)
+
+
+def list_batches(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, status: str | None,
+                 model: str | None, tag: str | None) -> dict[str, Any]:
+    require(key, Scope.BATCH_READ)
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("limit must be between 1 and 100", param="limit")
+    if status is not None and status not in {s.value for s in BatchStatus}:
+        raise InvalidRequest(f"unknown status {status!r}", param="status")
+    found, more = rt.batches.list(key.org_id, limit=limit, after=after, status=status, model=model, tag=tag)
+    return {"object": "list", "data": [b.as_api() for b in found], "first_id": found[0].id if found else None,
+            "last_id": found[-1].id if found else None, "has_more": more}
+
+
+def cancel_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:
+    require(key, Scope.BATCH_WRITE)
+    return rt.batches.request_cancel(key.org_id, batch_id)
+
+
+def replace_metadata(rt: Runtime, key: ApiKey, batch_id: str, raw: bytes) -> Batch:
+    require(key, Scope.BATCH_WRITE)
+    body = _json_object(raw)
+    if "metadata" not in body:
+        raise InvalidRequest("metadata is required (send {} to clear it)", param="metadata")
+    rt.batches.get(key.org_id, batch_id)  # 404 before 400: another organization learns nothing
+    return rt.batches.set_metadata(key.org_id, batch_id, check_metadata(body["metadata"]) or {})

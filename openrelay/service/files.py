@@ -1,0 +1,80 @@
+"""Files: uploads streamed into the blob store, listing, download and delete."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..ids import new_file_id
+from ..runtime import Runtime
+from ..types import ApiKey, FileRecord, Scope
+from .auth import require
+
+__all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "PURPOSES"]
+
+PURPOSES = ("batch",)
+
+
+class Upload:
+    """One upload in progress: bytes go straight to the blob store, never whole into memory."""
+
+    def __init__(self, rt: Runtime, key: ApiKey) -> None:
+        require(key, Scope.FILES_WRITE)
+        self.rt = rt
+        self.key = key
+        self.file_id = new_file_id()
+        self.blob_key = f"files/{self.file_id}"
+        self.size = 0
+        self._writer_cm = rt.blobs.writer(self.blob_key)
+        self._writer = self._writer_cm.__enter__()
+
+    def write(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.rt.settings.max_upload_bytes:
+            self.abort()
+            raise PayloadTooLarge(f"file is larger than the {self.rt.settings.max_upload_bytes // 1_000_000} MB "
+                                  "limit", param="file")
+        self._writer.write(data)
+
+    def abort(self) -> None:
+        if self._writer_cm is not None:
+            self._writer_cm.__exit__(InvalidRequest, InvalidRequest("aborted"), None)
+            self._writer_cm = None
+
+    def finish(self, *, filename: str, purpose: str | None) -> FileRecord:
+        if purpose not in PURPOSES:
+            self.abort()
+            raise InvalidRequest(f"purpose must be one of: {', '.join(PURPOSES)}", param="purpose")
+        assert self._writer_cm is not None
+        self._writer_cm.__exit__(None, None, None)
+        self._writer_cm = None
+        return self.rt.files.add(file_id=self.file_id, org_id=self.key.org_id, purpose=purpose,
+                                 filename=filename or "upload.jsonl", size=self.size, blob_key=self.blob_key)
+
+
+def list_files(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, purpose: str | None) -> dict:
+    require(key, Scope.FILES_READ)
+    if not 1 <= limit <= 10_000:
+        raise InvalidRequest("limit must be between 1 and 10000", param="limit")
+    found, more = rt.files.list(key.org_id, limit=limit, after=after, purpose=purpose)
+    return {"object": "list", "data": [f.as_api() for f in found], "first_id": found[0].id if found else None,
+            "last_id": found[-1].id if found else None, "has_more": more}
+
+
+def get_file(rt: Runtime, key: ApiKey, file_id: str) -> FileRecord:
+    require(key, Scope.FILES_READ)
+    return rt.files.get(key.org_id, file_id)
+
+
+def file_content(rt: Runtime, key: ApiKey, file_id: str) -> tuple[FileRecord, Iterator[bytes]]:
+    record = get_file(rt, key, file_id)
+    rt.blobs.size(record.blob_key)  # a missing blob fails here, before a response has started
+    return record, rt.blobs.iter_bytes(record.blob_key)
+
+
+def delete_file(rt: Runtime, key: ApiKey, file_id: str) -> dict:
+    require(key, Scope.FILES_WRITE)
+    record, blob_free = rt.files.delete(key.org_id, file_id)
+    if blob_free:
+        rt.blobs.delete(record.blob_key)
+    return {"id": record.id, "object": "file", "deleted": True}

@@ -1,0 +1,207 @@
+"""Batch rows: what the API reads and edits, and what workers claim, lease, advance and settle."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from ..errors import Conflict, NotFound
+from ..ids import now
+from ..types import TERMINAL, Batch, BatchStatus
+from .db import Database
+from .files import insert_file
+from .schema import batches
+
+__all__ = ["Batches", "batch_from_row", "batch_values", "LIVE"]
+
+# A batch in one of these statuses still has work for a worker (run, drain or settle).
+LIVE = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value, BatchStatus.FINALIZING.value)
+_TERMINAL = tuple(s.value for s in TERMINAL)
+
+
+def batch_from_row(row: Row) -> Batch:
+    m = row._mapping
+    return Batch(
+        **{k: m[k] for k in (
+            "id", "org_id", "key_id", "endpoint", "input_file_id", "input_blob_key", "completion_window",
+            "priority", "model", "created_at", "expires_at", "in_progress_at", "finalizing_at", "completed_at",
+            "failed_at", "expired_at", "cancelling_at", "cancelled_at", "output_file_id", "error_file_id",
+            "total", "completed", "failed", "rejected_count", "rejections_file_id", "input_tokens",
+            "output_tokens", "cost_nano_usd", "lease_owner", "lease_expires_at")},
+        status=BatchStatus(m["status"]),
+        errors=orjson.loads(m["errors"]) if m["errors"] else None,
+        metadata=orjson.loads(m["metadata"]) if m["metadata"] is not None else None,
+        started=bool(m["started"]),
+    )
+
+
+def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
+    return {
+        "id": batch.id, "org_id": batch.org_id, "key_id": batch.key_id, "endpoint": batch.endpoint,
+        "input_file_id": batch.input_file_id, "input_blob_key": batch.input_blob_key,
+        "completion_window": batch.completion_window, "priority": batch.priority, "status": batch.status.value,
+        "model": batch.model, "created_at": batch.created_at, "created_ns": created_ns,
+        "expires_at": batch.expires_at, "total": batch.total, "completed": 0, "failed": batch.failed,
+        "rejected_count": batch.rejected_count, "rejections_file_id": batch.rejections_file_id,
+        "input_tokens": 0, "output_tokens": 0, "cost_nano_usd": 0, "started": False,
+        "metadata": orjson.dumps(batch.metadata).decode() if batch.metadata is not None else None,
+    }
+
+
+class Batches:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- the API's view -------------------------------------------------------------------------------------
+
+    def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]]) -> None:
+        """The batch and the files made for it (inline input, rejections) appear together or not at all."""
+        with self.db.write() as conn:
+            for values in new_files:
+                insert_file(conn, **values)
+            conn.execute(batches.insert().values(**batch_values(batch, created_ns)))
+
+    def get(self, org_id: str, batch_id: str) -> Batch:
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(batches).where(batches.c.id == batch_id, batches.c.org_id == org_id)).first()
+        if row is None:
+            raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
+        return batch_from_row(row)
+
+    def list(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
+             model: str | None = None, tag: str | None = None) -> tuple[list[Batch], bool]:
+        query = sa.select(batches).where(batches.c.org_id == org_id)
+        if status:
+            query = query.where(batches.c.status == status)
+        if model:
+            query = query.where(batches.c.model == model)
+        if tag:
+            # Narrow in SQL, then check the comma-separated list exactly below.
+            query = query.where(batches.c.metadata.contains(tag, autoescape=True))
+        with self.db.read() as conn:
+            if after:
+                anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id)
+                                      .where(batches.c.id == after, batches.c.org_id == org_id)).first()
+                if anchor is None:
+                    raise NotFound(f"No such Batch object: {after}", param="after")
+                query = query.where(sa.tuple_(batches.c.created_ns, batches.c.id) < sa.tuple_(*anchor))
+            query = query.order_by(batches.c.created_ns.desc(), batches.c.id.desc())
+            found: list[Batch] = []
+            for row in conn.execute(query.execution_options(yield_per=200)):
+                batch = batch_from_row(row)
+                if tag and tag not in _tags(batch.metadata):
+                    continue
+                found.append(batch)
+                if len(found) > limit:
+                    break
+        return found[:limit], len(found) > limit
+
+    def request_cancel(self, org_id: str, batch_id: str) -> Batch:
+        with self.db.write() as conn:
+            done = conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.org_id == org_id,
+                batches.c.status.in_(("validating", "in_progress", "finalizing")),
+            ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now()))
+        batch = self.get(org_id, batch_id)
+        if done.rowcount == 0 and batch.terminal:
+            raise Conflict(f"Cannot cancel a batch with status '{batch.status.value}'.", code="batch_terminal")
+        return batch
+
+    def set_metadata(self, org_id: str, batch_id: str, metadata: dict[str, str]) -> Batch:
+        with self.db.write() as conn:
+            done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.org_id == org_id)
+                                .values(metadata=orjson.dumps(metadata).decode() if metadata else None))
+        if done.rowcount == 0:
+            raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
+        return self.get(org_id, batch_id)
+
+    # -- the scheduler's and workers' view --------------------------------------------------------------------
+
+    def by_id(self, batch_id: str) -> Batch:
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(batches).where(batches.c.id == batch_id)).first()
+        if row is None:
+            raise NotFound(f"No such Batch object: {batch_id}")
+        return batch_from_row(row)
+
+    def promote_validated(self) -> int:
+        """Validated batches join their model's queue (in_progress with in_progress_at still null)."""
+        with self.db.write() as conn:
+            return conn.execute(batches.update().where(batches.c.status == BatchStatus.VALIDATING.value)
+                                .values(status=BatchStatus.IN_PROGRESS.value)).rowcount
+
+    def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float) -> Batch | None:
+        """Lease the next batch this worker should act on, or None.
+
+        First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
+        cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
+        free slot, the queued batch that comes first: expedited before standard, then oldest.
+        """
+        clock = time.time()
+        free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
+        models = list(slots)
+        with self.db.write() as conn:
+            row = conn.execute(sa.select(batches.c.id).where(
+                batches.c.status.in_(LIVE), free,
+                sa.or_(batches.c.started.is_(True), batches.c.status != BatchStatus.IN_PROGRESS.value,
+                       batches.c.expires_at <= int(clock), batches.c.model.not_in(models)),
+            ).order_by(batches.c.created_ns).limit(1)).first()
+            if row is None:
+                row = self._next_queued(conn, slots)
+            if row is None:
+                return None
+            conn.execute(batches.update().where(batches.c.id == row.id).values(
+                lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
+            return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
+
+    def _next_queued(self, conn: Connection, slots: dict[str, int]) -> Row | None:
+        for model, model_slots in slots.items():
+            self.db.lock_model(conn, model)
+            running = conn.execute(sa.select(sa.func.count()).where(
+                batches.c.model == model, batches.c.started.is_(True), batches.c.status.in_(LIVE))).scalar_one()
+            if running >= model_slots:
+                continue
+            row = conn.execute(sa.select(batches.c.id).where(
+                batches.c.model == model, batches.c.started.is_(False),
+                batches.c.status == BatchStatus.IN_PROGRESS.value,
+            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), batches.c.created_ns)
+              .limit(1)).first()
+            if row is not None:
+                return row
+        return None
+
+    def renew_lease(self, batch_id: str, worker_id: str, lease_seconds: float) -> Batch | None:
+        """Extend our lease and read the batch back; None when another worker holds it now."""
+        with self.db.write() as conn:
+            done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                                .values(lease_expires_at=time.time() + lease_seconds))
+            if done.rowcount == 0:
+                return None
+            return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
+
+    def release(self, batch_id: str, worker_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                         .values(lease_owner=None, lease_expires_at=None))
+
+    def mark_running(self, batch_id: str) -> None:
+        """The first request is about to start: the queue wait ends here."""
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.in_progress_at.is_(None))
+                         .values(in_progress_at=now()))
+
+    def mark_finalizing(self, batch_id: str, worker_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+                batches.c.status == BatchStatus.IN_PROGRESS.value,
+            ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now()))
+
+
+def _tags(metadata: dict[str, str] | None) -> set[str]:
+    raw = (metadata or {}).get("tags", "")
+    return {t.strip() for t in raw.split(",") if t.strip()}

@@ -1,0 +1,127 @@
+"""The database connection: one SQLAlchemy engine for SQLite or PostgreSQL, and ordered migrations.
+
+SQLite runs in WAL mode with a busy timeout, and every write transaction starts ``BEGIN IMMEDIATE`` so two
+processes (``orl serve`` and ``orl admin``) never deadlock upgrading a read lock to a write lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from importlib import resources
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from ..errors import StoreError
+from ..ids import now
+
+__all__ = ["Database", "normalize_url", "MIGRATIONS"]
+
+_WRITE = "openrelay_write"
+
+
+def normalize_url(url: str) -> str:
+    """Accept the URLs operators write (``postgresql://``) and pick our drivers."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _migration_files() -> list[tuple[int, str, str]]:
+    folder = resources.files("openrelay.store.migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text()))
+    return sorted(found)
+
+
+MIGRATIONS = _migration_files()
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        self.is_sqlite = self.url.startswith("sqlite")
+        if self.is_sqlite:
+            self.engine: Engine = sa.create_engine(
+                self.url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8,
+                max_overflow=8, isolation_level=None,
+            )
+            event.listen(self.engine, "connect", _sqlite_on_connect)
+            event.listen(self.engine, "begin", _sqlite_on_begin)
+        else:
+            self.engine = sa.create_engine(self.url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as raw:
+                conn = raw.execution_options(**{_WRITE: True})
+                with conn.begin():
+                    yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+
+    def lock_model(self, conn: Connection, model: str) -> None:
+        """Serialise slot accounting for one model across every worker process."""
+        if self.is_sqlite:
+            return  # BEGIN IMMEDIATE already holds the only write lock
+        conn.execute(sa.text("INSERT INTO model_locks (model) VALUES (:m) ON CONFLICT DO NOTHING"), {"m": model})
+        conn.execute(sa.text("SELECT model FROM model_locks WHERE model = :m FOR UPDATE"), {"m": model})
+
+    def migrate(self) -> list[int]:
+        """Apply every migration not yet applied, in order, each in its own transaction. Safe to race."""
+        applied: list[int] = []
+        with self.write() as conn:
+            conn.execute(sa.text(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at BIGINT NOT NULL)"
+            ))
+        for version, name, sql in MIGRATIONS:
+            with self.write() as conn:
+                if not self.is_sqlite:
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(727274)"))
+                done = conn.execute(sa.text("SELECT 1 FROM schema_migrations WHERE version = :v"),
+                                    {"v": version}).first()
+                if done:
+                    continue
+                for statement in _statements(sql):
+                    conn.exec_driver_sql(statement)
+                conn.execute(sa.text("INSERT INTO schema_migrations (version, name, applied_at) "
+                                     "VALUES (:v, :n, :t)"), {"v": version, "n": name, "t": now()})
+                applied.append(version)
+        return applied
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _statements(sql: str) -> list[str]:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _sqlite_on_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")

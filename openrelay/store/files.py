@@ -1,0 +1,82 @@
+"""File rows. The bytes live in the blob store under ``blob_key``; this table says who owns them."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from ..errors import NotFound
+from ..ids import now, now_ns
+from ..types import Batch, FileRecord
+from .db import Database
+from .schema import batches, files
+
+__all__ = ["Files", "insert_file"]
+
+
+def _file(row: Row) -> FileRecord:
+    return FileRecord(id=row.id, org_id=row.org_id, purpose=row.purpose, filename=row.filename,
+                      bytes=row.bytes, created_at=row.created_at, blob_key=row.blob_key)
+
+
+def insert_file(conn: Connection, *, file_id: str, org_id: str, purpose: str, filename: str, size: int,
+                blob_key: str) -> None:
+    conn.execute(files.insert().values(id=file_id, org_id=org_id, purpose=purpose, filename=filename,
+                                       bytes=size, created_at=now(), created_ns=now_ns(), blob_key=blob_key))
+
+
+class Files:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(self, *, file_id: str, org_id: str, purpose: str, filename: str, size: int,
+            blob_key: str) -> FileRecord:
+        with self.db.write() as conn:
+            insert_file(conn, file_id=file_id, org_id=org_id, purpose=purpose, filename=filename, size=size,
+                        blob_key=blob_key)
+        return self.get(org_id, file_id)
+
+    def get(self, org_id: str, file_id: str) -> FileRecord:
+        """The file, or 404 alike for an unknown id and another organization's."""
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(files).where(files.c.id == file_id, files.c.org_id == org_id)).first()
+        if row is None:
+            raise NotFound(f"No such File object: {file_id}", param="file_id")
+        return _file(row)
+
+    def list(self, org_id: str, *, limit: int, after: str | None, purpose: str | None,
+             ) -> tuple[list[FileRecord], bool]:
+        query = sa.select(files).where(files.c.org_id == org_id)
+        if purpose:
+            query = query.where(files.c.purpose == purpose)
+        with self.db.read() as conn:
+            if after:
+                anchor = conn.execute(sa.select(files.c.created_ns, files.c.id)
+                                      .where(files.c.id == after, files.c.org_id == org_id)).first()
+                if anchor is None:
+                    raise NotFound(f"No such File object: {after}", param="after")
+                query = query.where(sa.tuple_(files.c.created_ns, files.c.id) < sa.tuple_(*anchor))
+            rows = conn.execute(query.order_by(files.c.created_ns.desc(), files.c.id.desc())
+                                .limit(limit + 1)).all()
+        return [_file(r) for r in rows[:limit]], len(rows) > limit
+
+    def delete(self, org_id: str, file_id: str) -> tuple[FileRecord, bool]:
+        """Remove the row; returns the file and whether its blob may go too (no unfinished batch reads it)."""
+        record = self.get(org_id, file_id)
+        with self.db.write() as conn:
+            conn.execute(files.delete().where(files.c.id == file_id, files.c.org_id == org_id))
+            in_use = conn.execute(sa.select(batches.c.id).where(
+                sa.or_(batches.c.input_blob_key == record.blob_key, batches.c.rejections_file_id == file_id),
+                batches.c.status.not_in(("completed", "failed", "expired", "cancelled")),
+            ).limit(1)).first()
+        return record, in_use is None
+
+    def orphaned_batch_blobs(self, batch: Batch) -> list[str]:
+        """Blobs a settled batch kept alive that no file row names any more (deleted while it ran)."""
+        keys = [batch.input_blob_key] + ([f"batches/{batch.id}/rejections.jsonl"] if batch.rejected_count else [])
+        with self.db.read() as conn:
+            named = set(conn.execute(sa.select(files.c.blob_key).where(files.c.blob_key.in_(keys))).scalars())
+            busy = set(conn.execute(sa.select(batches.c.input_blob_key).where(
+                batches.c.input_blob_key == batch.input_blob_key, batches.c.id != batch.id,
+                batches.c.status.not_in(("completed", "failed", "expired", "cancelled")))).scalars())
+        return [k for k in keys if k not in named and k not in busy]

@@ -1,0 +1,109 @@
+"""Durable progress of running batches: chunks of settled records, and the final settle of a batch.
+
+A chunk's result lines are written to blobs first; the chunk row, the batch's counters and usage, and the key's
+spend are then committed in one transaction, fenced by the worker's lease. So a record is counted and billed
+exactly when its line became durable, and a worker that lost its lease cannot add anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+import sqlalchemy as sa
+
+from ..errors import StoreError
+from ..ids import now
+from ..types import BatchStatus
+from .db import Database
+from .files import insert_file
+from .schema import api_keys, batch_chunks, batches
+
+__all__ = ["Results", "Chunk", "LeaseLost", "ResultFile"]
+
+
+class LeaseLost(StoreError):
+    code = "lease_lost"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunk:
+    seq: int
+    out_key: str | None
+    err_key: str | None
+    lines: list[int]
+    completed: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    cost_nano_usd: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultFile:
+    file_id: str
+    blob_key: str
+    size: int
+    filename: str
+
+
+class Results:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def chunks(self, batch_id: str) -> list[Chunk]:
+        with self.db.read() as conn:
+            rows = conn.execute(sa.select(batch_chunks).where(batch_chunks.c.batch_id == batch_id)
+                                .order_by(batch_chunks.c.seq)).all()
+        return [Chunk(seq=r.seq, out_key=r.out_key, err_key=r.err_key, lines=orjson.loads(r.lines),
+                      completed=r.completed, failed=r.failed, input_tokens=r.input_tokens,
+                      output_tokens=r.output_tokens, cost_nano_usd=r.cost_nano_usd) for r in rows]
+
+    def commit_chunk(self, batch_id: str, worker_id: str, key_id: str, chunk: Chunk) -> None:
+        with self.db.write() as conn:
+            done = conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+            ).values(
+                completed=batches.c.completed + chunk.completed,
+                failed=batches.c.failed + chunk.failed,
+                input_tokens=batches.c.input_tokens + chunk.input_tokens,
+                output_tokens=batches.c.output_tokens + chunk.output_tokens,
+                cost_nano_usd=batches.c.cost_nano_usd + chunk.cost_nano_usd,
+            ))
+            if done.rowcount == 0:
+                raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+            conn.execute(batch_chunks.insert().values(
+                batch_id=batch_id, seq=chunk.seq, out_key=chunk.out_key, err_key=chunk.err_key,
+                lines=orjson.dumps(chunk.lines).decode(), completed=chunk.completed, failed=chunk.failed,
+                input_tokens=chunk.input_tokens, output_tokens=chunk.output_tokens,
+                cost_nano_usd=chunk.cost_nano_usd, created_at=now(),
+            ))
+            if chunk.cost_nano_usd:
+                conn.execute(api_keys.update().where(api_keys.c.id == key_id)
+                             .values(spent_nano_usd=api_keys.c.spent_nano_usd + chunk.cost_nano_usd))
+
+    def settle(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
+               error: ResultFile | None, org_id: str, unrun: int, errors: list[dict] | None = None) -> None:
+        """Write the result files' rows and move the batch to its terminal status, releasing the lease.
+
+        ``unrun`` records never ran (cancelled, expired or failed batch): they count as failed here, in the
+        same transaction, so a settle retried after a crash cannot count them twice.
+        """
+        stamp = now()
+        values: dict = {"status": status.value, "lease_owner": None, "lease_expires_at": None,
+                        f"{status.value}_at": stamp, "failed": batches.c.failed + unrun}
+        if status is not BatchStatus.FAILED:
+            values["finalizing_at"] = sa.func.coalesce(batches.c.finalizing_at, stamp)
+        if errors is not None:
+            values["errors"] = orjson.dumps(errors).decode()
+        with self.db.write() as conn:
+            for result, column in ((output, "output_file_id"), (error, "error_file_id")):
+                if result is None:
+                    continue
+                insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
+                            filename=result.filename, size=result.size, blob_key=result.blob_key)
+                values[column] = result.file_id
+            done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                                .values(**values))
+            if done.rowcount == 0:
+                raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")

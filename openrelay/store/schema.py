@@ -1,0 +1,128 @@
+"""Every table of the store, as SQLAlchemy Core. Migrations (``migrations.py``) create exactly this schema;
+``tests/test_migrations.py`` proves the two agree."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+__all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks"]
+
+metadata = MetaData()
+
+organizations = Table(
+    "organizations",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("expedited_enabled", Boolean, nullable=False, default=True),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),  # sha256 hex of the secret
+    Column("prefix", String(16), nullable=False),  # first characters, to recognise a key in listings
+    Column("scopes", String(200), nullable=False),  # comma-separated
+    Column("budget_nano_usd", BigInteger, nullable=True),
+    Column("spent_nano_usd", BigInteger, nullable=False, default=0),
+    Column("created_at", BigInteger, nullable=False),
+    Column("revoked_at", BigInteger, nullable=True),
+)
+
+files = Table(
+    "files",
+    metadata,
+    Column("id", String(80), primary_key=True),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("purpose", String(40), nullable=False),
+    Column("filename", String(512), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("created_ns", BigInteger, nullable=False),  # ordering; created_at has only second precision
+    Column("blob_key", String(200), nullable=False),
+    Index("ix_files_org_order", "org_id", "created_ns"),
+)
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("key_id", String(40), ForeignKey("api_keys.id"), nullable=False),
+    Column("endpoint", String(40), nullable=False),
+    Column("input_file_id", String(80), nullable=False),
+    Column("input_blob_key", String(200), nullable=False),
+    Column("completion_window", String(10), nullable=False),
+    Column("priority", String(20), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("in_progress_at", BigInteger),
+    Column("finalizing_at", BigInteger),
+    Column("completed_at", BigInteger),
+    Column("failed_at", BigInteger),
+    Column("expired_at", BigInteger),
+    Column("cancelling_at", BigInteger),
+    Column("cancelled_at", BigInteger),
+    Column("output_file_id", String(80)),
+    Column("error_file_id", String(80)),
+    Column("errors", Text),  # JSON list or null
+    Column("total", Integer, nullable=False),
+    Column("completed", Integer, nullable=False, default=0),
+    Column("failed", Integer, nullable=False, default=0),
+    Column("rejected_count", Integer, nullable=False, default=0),
+    Column("rejections_file_id", String(80)),
+    Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("cost_nano_usd", BigInteger, nullable=False, default=0),
+    Column("metadata", Text),  # JSON object or null
+    Column("started", Boolean, nullable=False, default=False),  # claimed into a slot at least once
+    Column("lease_owner", String(80)),  # the worker running it now
+    Column("lease_expires_at", Float),
+    Index("ix_batches_org_order", "org_id", "created_ns"),
+    Index("ix_batches_status_model", "status", "model"),
+)
+
+# One row per durable flush of a running batch: the result lines it wrote (in blobs) and what they added up to.
+# The union of ``lines`` over a batch's chunks is the set of records already settled; a restart skips them.
+batch_chunks = Table(
+    "batch_chunks",
+    metadata,
+    Column("batch_id", String(40), ForeignKey("batches.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("out_key", String(200)),
+    Column("err_key", String(200)),
+    Column("lines", Text, nullable=False),  # JSON list of input line numbers settled by this chunk
+    Column("completed", Integer, nullable=False),
+    Column("failed", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cost_nano_usd", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("batch_id", "seq"),
+)
+
+# A row per model, locked while a worker claims a batch of that model, so two workers never overfill its slots.
+model_locks = Table(
+    "model_locks",
+    metadata,
+    Column("model", String(200), primary_key=True),
+)

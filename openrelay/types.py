@@ -1,0 +1,178 @@
+"""Plain domain records shared by every layer. No behaviour beyond derived views."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BatchStatus",
+    "TERMINAL",
+    "Priority",
+    "Scope",
+    "ALL_SCOPES",
+    "Organization",
+    "ApiKey",
+    "FileRecord",
+    "Batch",
+    "Rejection",
+]
+
+
+class BatchStatus(enum.StrEnum):
+    VALIDATING = "validating"  # created; the scheduler has not yet queued it
+    IN_PROGRESS = "in_progress"  # queued (in_progress_at null) or running
+    FINALIZING = "finalizing"  # every record settled; result files being written
+    COMPLETED = "completed"  # result files written
+    FAILED = "failed"  # could not run at all; ``errors`` says why
+    EXPIRED = "expired"  # the window passed before every record ran
+    CANCELLING = "cancelling"  # cancel asked; in-flight records finishing
+    CANCELLED = "cancelled"  # cancel settled; unstarted records are batch_cancelled lines
+
+
+TERMINAL = frozenset({BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.EXPIRED, BatchStatus.CANCELLED})
+
+
+class Priority(enum.StrEnum):
+    STANDARD = "standard"  # the default tier
+    EXPEDITED = "expedited"  # queued ahead of standard batches of the same model
+
+
+class Scope(enum.StrEnum):
+    FILES_READ = "files.read"
+    FILES_WRITE = "files.write"
+    BATCH_READ = "batch.read"
+    BATCH_WRITE = "batch.write"
+
+
+ALL_SCOPES: tuple[str, ...] = tuple(s.value for s in Scope)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Organization:
+    id: str
+    name: str
+    expedited_enabled: bool
+    created_at: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiKey:
+    id: str
+    org_id: str
+    prefix: str
+    scopes: frozenset[str]
+    budget_nano_usd: int | None
+    spent_nano_usd: int
+    created_at: int
+    revoked_at: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRecord:
+    id: str
+    org_id: str
+    purpose: str
+    filename: str
+    bytes: int
+    created_at: int
+    blob_key: str
+
+    def as_api(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": self.bytes,
+            "created_at": self.created_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "status_details": None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    line: int
+    custom_id: str
+    code: str
+    message: str
+
+    def as_api(self) -> dict[str, Any]:
+        return {"line": self.line, "custom_id": self.custom_id, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    id: str
+    org_id: str
+    key_id: str
+    endpoint: str
+    input_file_id: str
+    input_blob_key: str
+    completion_window: str
+    priority: str
+    status: BatchStatus
+    model: str
+    created_at: int
+    expires_at: int
+    in_progress_at: int | None = None
+    finalizing_at: int | None = None
+    completed_at: int | None = None
+    failed_at: int | None = None
+    expired_at: int | None = None
+    cancelling_at: int | None = None
+    cancelled_at: int | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: list[dict[str, Any]] | None = None
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+    rejected_count: int = 0
+    rejections_file_id: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_nano_usd: int = 0
+    metadata: dict[str, str] | None = None
+    started: bool = False
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def as_api(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.completion_window,
+            "priority": self.priority,
+            "status": self.status.value,
+            "model": self.model,
+            "created_at": self.created_at,
+            "in_progress_at": self.in_progress_at,
+            "expires_at": self.expires_at,
+            "finalizing_at": self.finalizing_at,
+            "completed_at": self.completed_at,
+            "failed_at": self.failed_at,
+            "expired_at": self.expired_at,
+            "cancelling_at": self.cancelling_at,
+            "cancelled_at": self.cancelled_at,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "errors": {"object": "list", "data": self.errors} if self.errors else None,
+            "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
+            "usage": {
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "total_tokens": self.input_tokens + self.output_tokens,
+                "cost_nano_usd": self.cost_nano_usd,
+            },
+            "metadata": self.metadata,
+        }

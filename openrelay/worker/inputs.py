@@ -1,0 +1,51 @@
+"""Reading a claimed batch's input back: which records still need to run, and where its blobs live."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from ..blobs.base import BlobStore
+from ..types import Batch, Rejection
+from ..validation.scan import file_lines
+
+__all__ = ["rejections_key", "read_rejections", "pending_records", "chunk_key", "output_key", "error_key",
+           "tail_key"]
+
+
+def rejections_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/rejections.jsonl"
+
+
+def chunk_key(batch_id: str, seq: int, kind: str) -> str:
+    return f"batches/{batch_id}/chunks/{seq:06d}.{kind}.jsonl"
+
+
+def output_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/output.jsonl"
+
+
+def error_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/error.jsonl"
+
+
+def tail_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/unrun.jsonl"
+
+
+def read_rejections(blobs: BlobStore, batch: Batch) -> list[Rejection]:
+    if not batch.rejected_count:
+        return []
+    with blobs.open(rejections_key(batch.id)) as handle:
+        return [Rejection(**orjson.loads(raw)) for raw in handle if raw.strip()]
+
+
+def pending_records(blobs: BlobStore, batch: Batch, skip: set[int],
+                    max_line_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, record) of every accepted record whose line is not in ``skip``, in input order."""
+    with blobs.open(batch.input_blob_key) as handle:
+        for line, raw in file_lines(handle, max_line_bytes):
+            if line not in skip:
+                yield line, orjson.loads(raw)

@@ -1,0 +1,207 @@
+"""Running one claimed batch: keep ``concurrency`` requests in flight, make results durable in chunks.
+
+A heartbeat renews the lease and watches for cancel and expiry. Every ``flush_seconds`` the finished records
+are written as one chunk (blobs, then one fenced transaction); a crash loses at most the records in flight or
+waiting for that flush, and those run again on resume. Nothing else is held in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ..catalog import ModelSpec
+from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
+from ..runtime import Runtime
+from ..store.results import Chunk, LeaseLost
+from ..types import Batch, BatchStatus
+from .finalize import settle_batch
+from .inputs import chunk_key, pending_records, read_rejections
+from .lines import engine_error_line, output_line
+
+__all__ = ["BatchRun"]
+
+log = logging.getLogger("openrelay.worker")
+
+
+@dataclass
+class _Pending:
+    lines: list[int] = field(default_factory=list)
+    out: list[bytes] = field(default_factory=list)
+    err: list[bytes] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: int = 0
+
+
+class BatchRun:
+    def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, engine: Engine) -> None:
+        self.rt = rt
+        self.worker_id = worker_id
+        self.batch = batch
+        self.spec = spec
+        self.engine = engine
+        self.factor: Decimal = rt.catalog.factor(batch.priority)
+        self.settings = rt.settings
+        self._pending = _Pending()
+        self._flush_lock = asyncio.Lock()
+        self._seq = 0
+        self._cancel = False
+        self._lost = False
+        self._expired = False
+        self._stopped_early = False
+
+    # -- the whole run ---------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        chunks = await asyncio.to_thread(self.rt.results.chunks, self.batch.id)
+        rejections = await asyncio.to_thread(read_rejections, self.rt.blobs, self.batch)
+        self._seq = max((c.seq for c in chunks), default=0)
+        skip = {line for c in chunks for line in c.lines} | {r.line for r in rejections}
+        heartbeat = asyncio.create_task(self._heartbeat())
+        flusher = asyncio.create_task(self._flush_periodically())
+        try:
+            await self._dispatch(skip)
+            await self._flush()
+        except LeaseLost:
+            self._lost = True
+        finally:
+            heartbeat.cancel()
+            flusher.cancel()
+        if self._lost:
+            log.warning("batch %s: lease lost; another worker resumes it", self.batch.id)
+            return
+        if self._cancel:
+            status = BatchStatus.CANCELLED
+        elif self._stopped_early:
+            status = BatchStatus.EXPIRED  # the only other reason to stop early
+        else:
+            status = BatchStatus.COMPLETED
+        if status is BatchStatus.COMPLETED:
+            await asyncio.to_thread(self.rt.batches.mark_finalizing, self.batch.id, self.worker_id)
+        await asyncio.to_thread(settle_batch, self.rt, self.worker_id, self.batch, status)
+
+    @property
+    def _stopping(self) -> bool:
+        return self._cancel or self._lost or self._expired
+
+    async def _dispatch(self, skip: set[int]) -> None:
+        slots = asyncio.Semaphore(self.spec.concurrency)
+        in_flight: set[asyncio.Task[None]] = set()
+        started = False
+        records = pending_records(self.rt.blobs, self.batch, skip, self.settings.max_line_bytes)
+        try:
+            for line, record in records:
+                await slots.acquire()
+                if self._stopping or time.time() >= self.batch.expires_at:
+                    self._stopped_early = True
+                    slots.release()
+                    break
+                if not started:
+                    await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id)
+                    started = True
+                task = asyncio.create_task(self._one(line, record))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                task.add_done_callback(lambda _t: slots.release())
+            if in_flight:
+                await asyncio.gather(*in_flight)
+        finally:
+            records.close()
+            for task in in_flight:
+                task.cancel()
+
+    # -- one record ------------------------------------------------------------------------------------------
+
+    async def _one(self, line: int, record: dict[str, Any]) -> None:
+        custom_id = record["custom_id"]
+        reply = await self._call_with_retries(_engine_body(record["body"]))
+        if 200 <= reply.status_code < 300:
+            usage = reply.body.get("usage") if isinstance(reply.body.get("usage"), dict) else {}
+            prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+            self._pending.out.append(output_line(custom_id, reply.body, catalog_model=self.spec.name))
+            self._pending.input_tokens += prompt
+            self._pending.output_tokens += completion
+            self._pending.cost += self.spec.cost_nano_usd(prompt, completion, self.factor)
+        else:
+            self._pending.err.append(engine_error_line(custom_id, reply.status_code, reply.body))
+        self._pending.lines.append(line)
+        if len(self._pending.lines) >= self.settings.flush_records:
+            await self._flush()
+
+    async def _call_with_retries(self, body: dict[str, Any]) -> EngineReply:
+        endpoint = self.batch.endpoint
+        attempt = 0
+        while True:
+            try:
+                reply = await self.engine.call(endpoint, body)
+            except EngineUnavailable as exc:
+                reply = EngineReply(503, error_body(exc.message, type_="server_error", code="engine_unavailable"))
+            retryable = reply.status_code in (408, 429) or reply.status_code >= 500
+            attempt += 1
+            if not retryable or attempt >= self.settings.retry_attempts or self._lost:
+                return reply
+            delay = min(self.settings.retry_max_seconds, self.settings.retry_base_seconds * 2 ** (attempt - 1))
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+
+    # -- durability and liveness -----------------------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        async with self._flush_lock:
+            pending, self._pending = self._pending, _Pending()
+            if not pending.lines:
+                return
+            self._seq += 1
+            await asyncio.to_thread(self._write_chunk, self._seq, pending)
+
+    def _write_chunk(self, seq: int, pending: _Pending) -> None:
+        out_key = err_key = None
+        for lines, kind in ((pending.out, "out"), (pending.err, "err")):
+            if lines:
+                key = chunk_key(self.batch.id, seq, kind)
+                with self.rt.blobs.writer(key) as handle:
+                    handle.write(b"".join(lines))
+                out_key, err_key = (key, err_key) if kind == "out" else (out_key, key)
+        chunk = Chunk(seq=seq, out_key=out_key, err_key=err_key, lines=pending.lines, completed=len(pending.out),
+                      failed=len(pending.err), input_tokens=pending.input_tokens,
+                      output_tokens=pending.output_tokens, cost_nano_usd=pending.cost)
+        self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.flush_seconds)
+            try:
+                await self._flush()
+            except LeaseLost:
+                self._lost = True
+                return
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.tick_seconds)
+            current = await asyncio.to_thread(self.rt.batches.renew_lease, self.batch.id, self.worker_id,
+                                              self.settings.lease_seconds)
+            if current is None:
+                self._lost = True
+                return
+            self._cancel = current.status is BatchStatus.CANCELLING
+            self._expired = not self._cancel and time.time() >= current.expires_at
+
+
+def _engine_body(body: dict[str, Any]) -> dict[str, Any]:
+    """What the model sees: the record's body without OpenRelay's own extensions."""
+    if "openrelay" not in body:
+        return body
+    ext = {k: v for k, v in body["openrelay"].items() if k != "tool_config"}
+    rest = {k: v for k, v in body.items() if k != "openrelay"}
+    return {**rest, "openrelay": ext} if ext else rest
+
+
+def _tokens(usage: dict[str, Any], name: str) -> int:
+    value = usage.get(name)
+    return value if isinstance(value, int) and value > 0 else 0

@@ -1,0 +1,97 @@
+"""A worker: claims batches from the store and runs, drains or settles them. Also the scheduler's chores.
+
+Workers share nothing but the store, so any number of them (in ``orl serve`` or ``orl worker`` processes on
+other machines) can run against one database and blob store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+
+from ..engines.base import Engine
+from ..engines.factory import build_engine
+from ..runtime import Runtime
+from ..types import Batch, BatchStatus
+from .finalize import settle_batch
+from .run import BatchRun
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("openrelay.worker")
+
+
+class Worker:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.worker_id = f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.slots = {name: spec.slots for name, spec in rt.catalog.models.items()}
+        self.capacity = sum(self.slots.values()) + 4  # room to settle cancelled/expired batches meanwhile
+        self._engines: dict[str, Engine] = {}
+        self._active: dict[str, asyncio.Task[None]] = {}
+        self._stop = asyncio.Event()
+
+    def engine(self, model: str) -> Engine:
+        if model not in self._engines:
+            self._engines[model] = build_engine(self.rt.catalog.models[model])
+        return self._engines[model]
+
+    async def run_forever(self) -> None:
+        log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.slots)) or "(no models)")
+        while not self._stop.is_set():
+            try:
+                await self.tick()
+            except Exception:  # keep the worker alive through a store hiccup; the next tick retries
+                log.exception("worker tick failed")
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.tick_seconds)
+            except TimeoutError:
+                pass
+
+    async def tick(self) -> None:
+        await asyncio.to_thread(self.rt.batches.promote_validated)
+        while len(self._active) < self.capacity and self.slots:
+            batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
+                                            self.rt.settings.lease_seconds)
+            if batch is None:
+                return
+            task = asyncio.create_task(self._handle(batch))
+            self._active[batch.id] = task
+            task.add_done_callback(lambda _t, bid=batch.id: self._active.pop(bid, None))
+
+    async def _handle(self, batch: Batch) -> None:
+        try:
+            await self._act(batch)
+        except Exception:
+            log.exception("batch %s: worker failed; releasing it for a retry", batch.id)
+            await asyncio.to_thread(self.rt.batches.release, batch.id, self.worker_id)
+
+    async def _act(self, batch: Batch) -> None:
+        spec = self.rt.catalog.models.get(batch.model)
+        if batch.status is BatchStatus.CANCELLING:
+            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED)
+        elif batch.status is BatchStatus.FINALIZING:
+            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED)
+        elif spec is None:
+            errors = [{"code": "model_unavailable", "message": f'model "{batch.model}" is no longer offered',
+                       "param": None, "line": None}]
+            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors)
+        elif time.time() >= batch.expires_at:
+            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
+        else:
+            await BatchRun(self.rt, self.worker_id, batch, spec, self.engine(batch.model)).run()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        held = list(self._active)
+        for task in list(self._active.values()):
+            task.cancel()
+        await asyncio.gather(*list(self._active.values()), return_exceptions=True)
+        for batch_id in held:
+            # A clean stop hands its batches back at once instead of leaving them until the lease lapses.
+            await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
+        for engine in self._engines.values():
+            await engine.aclose()

@@ -1,0 +1,310 @@
+"""Zero-latency OpenAI-compatible stand-in for an inference server (vLLM etc.).
+
+Run: ``python tests/support/test_engine.py --host 127.0.0.1 --port 0 [--no-record]``; once listening it
+prints ``READY port=<N>``. Behaviour is steered by ``#key=value`` tokens in the request text
+(``#status=NNN``, ``#sleep=S``, ``#fail_times=N``, ``#tokens=N``) and by the ``/control/*`` endpoints.
+Kept deliberately lean (plain Starlette, orjson, no pydantic) because benchmarks use it as the
+"infinitely fast" engine, so its own overhead must stay negligible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import select
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+Body = dict[str, Any]
+Handler = Callable[[Body], Awaitable[Response]]
+
+
+class State:
+    """Everything /control/reset clears; one instance per process."""
+
+    def __init__(self, record: bool) -> None:
+        self.record = record
+        self.reset()
+
+    def reset(self) -> None:
+        self.recorded: deque[Body] = deque(maxlen=20000)
+        self.requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.fail_counts: dict[str, int] = {}
+        self.mode_status: int | None = None
+        self.mode_delay = 0.0
+
+
+STATE = State(record=True)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def error_response(status: int, message: str) -> Response:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return json_response({"error": {"message": message, "type": kind, "param": None, "code": None}}, status)
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def content_text(content: Any) -> str:
+    """Chat content is either a string or a list of typed parts; only text parts matter here."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def parse_directives(text: str) -> dict[str, str]:
+    if "#" not in text:  # fast path: the benchmark's requests carry no directives
+        return {}
+    return dict(t[1:].split("=", 1) for t in text.split() if t.startswith("#") and "=" in t)
+
+
+async def apply_directives(text: str) -> tuple[Response | None, int | None]:
+    """Returns (error response to send instead of an answer, forced completion_tokens)."""
+    d = parse_directives(text)
+    if not d:
+        return None, None
+    if "sleep" in d:
+        await asyncio.sleep(float(d["sleep"]))
+    if "status" in d:
+        return error_response(int(d["status"]), f"test engine told to fail with {d['status']}"), None
+    if "fail_times" in d:
+        seen = STATE.fail_counts[text] = STATE.fail_counts.get(text, 0) + 1
+        if seen <= int(d["fail_times"]):
+            return error_response(500, f"test engine failing attempt {seen} of {d['fail_times']}"), None
+    return None, int(d["tokens"]) if "tokens" in d else None
+
+
+async def echo_answer(body: Body, text: str, prompt_tokens: int, kind: str) -> Response:
+    """Shared by chat and text completions: they differ only in ids, object name and choice shape."""
+    err, forced = await apply_directives(text)
+    if err is not None:
+        return err
+    answer = f"echo: {text}"
+    completion = forced if forced is not None else word_count(answer)
+    if kind == "chat":
+        obj, prefix = "chat.completion", "chatcmpl"
+        choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+    else:
+        obj, prefix = "text_completion", "cmpl"
+        choice = {"index": 0, "text": answer, "finish_reason": "stop", "logprobs": None}
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion}
+    usage["total_tokens"] = prompt_tokens + completion
+    return json_response({
+        "id": f"{prefix}-{uuid.uuid4().hex[:12]}", "object": obj, "created": int(time.time()),
+        "model": body.get("model"), "choices": [choice], "usage": usage,
+    })
+
+
+async def chat(body: Body) -> Response:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return error_response(400, "messages: field required")
+    texts = [content_text(m.get("content")) if isinstance(m, dict) else "" for m in messages]
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+    last_user = next((t for r, t in zip(reversed(roles), reversed(texts), strict=True) if r == "user"), "")
+    return await echo_answer(body, last_user, sum(map(word_count, texts)), "chat")
+
+
+async def completions(body: Body) -> Response:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):  # OpenAI also accepts a list of prompts; one choice is enough here
+        prompt = " ".join(map(str, prompt))
+    if not isinstance(prompt, str):
+        return error_response(400, "prompt: field required")
+    return await echo_answer(body, prompt, word_count(prompt), "text")
+
+
+def embed(text: str) -> list[float]:
+    """8 deterministic floats in [-1, 1): tests can compare vectors across runs."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [int.from_bytes(digest[i : i + 4], "big") / 2**31 - 1.0 for i in range(0, 32, 4)]
+
+
+async def embeddings(body: Body) -> Response:
+    raw = body.get("input")
+    if raw is None:
+        return error_response(400, "input: field required")
+    inputs = [raw] if isinstance(raw, str) else [str(x) for x in raw] if isinstance(raw, list) else [str(raw)]
+    err, _ = await apply_directives(inputs[0] if inputs else "")
+    if err is not None:
+        return err
+    data = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(inputs)]
+    n = sum(map(word_count, inputs))
+    usage_ = {"prompt_tokens": n, "total_tokens": n}
+    return json_response({"object": "list", "data": data, "model": body.get("model"), "usage": usage_})
+
+
+def v1_route(path: str, handler: Handler) -> Route:
+    """Wraps an inference handler with recording, in-flight accounting and the global /control/mode."""
+
+    async def endpoint(request: Request) -> Response:
+        STATE.requests += 1
+        STATE.in_flight += 1
+        STATE.max_in_flight = max(STATE.max_in_flight, STATE.in_flight)
+        try:
+            try:
+                body = orjson.loads(await request.body())
+            except orjson.JSONDecodeError:
+                body = None
+            if STATE.record:
+                STATE.recorded.append({"path": path, "body": body})
+            if STATE.mode_delay:
+                await asyncio.sleep(STATE.mode_delay)
+            if STATE.mode_status is not None:
+                return error_response(STATE.mode_status, f"test engine mode status {STATE.mode_status}")
+            if not isinstance(body, dict):
+                return error_response(400, "request body must be a JSON object")
+            return await handler(body)
+        finally:
+            STATE.in_flight -= 1
+
+    return Route(path, endpoint, methods=["POST"])
+
+
+async def control_requests(request: Request) -> Response:
+    return json_response(list(STATE.recorded))
+
+
+async def control_stats(request: Request) -> Response:
+    s = STATE
+    return json_response({"requests": s.requests, "in_flight": s.in_flight, "max_in_flight": s.max_in_flight})
+
+
+async def control_reset(request: Request) -> Response:
+    STATE.reset()
+    return json_response({"ok": True})
+
+
+async def control_mode(request: Request) -> Response:
+    body = orjson.loads(await request.body() or b"{}")
+    if "status" in body:
+        STATE.mode_status = None if body["status"] is None else int(body["status"])
+    if "delay" in body:
+        STATE.mode_delay = float(body["delay"] or 0.0)
+    return json_response({"status": STATE.mode_status, "delay": STATE.mode_delay})
+
+
+async def models(request: Request) -> Response:
+    return json_response({"object": "list", "data": []})
+
+
+async def health(request: Request) -> Response:
+    return json_response({"ok": True})
+
+
+app = Starlette(routes=[
+    v1_route("/v1/chat/completions", chat),
+    v1_route("/v1/completions", completions),
+    v1_route("/v1/embeddings", embeddings),
+    Route("/v1/models", models),
+    Route("/health", health),
+    Route("/control/requests", control_requests),
+    Route("/control/stats", control_stats),
+    Route("/control/reset", control_reset, methods=["POST"]),
+    Route("/control/mode", control_mode, methods=["POST"]),
+])
+
+
+async def serve(server: Any, sock: socket.socket) -> None:
+    """Prints READY only once uvicorn has started, so callers never race the startup."""
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.005)
+    if server.started:
+        print(f"READY port={sock.getsockname()[1]}", flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn  # imported here so test modules importing the helpers stay cheap
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--no-record", action="store_true", help="don't keep bodies (benchmarks)")
+    args = parser.parse_args(argv)
+    STATE.record = not args.no_record
+    # Binding ourselves is what makes --port 0 work: we know the real port before anyone connects.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(2048)
+    # loop/http "auto" pick uvloop + httptools when installed; short graceful timeout so a test
+    # abandoning a #sleep request doesn't stall teardown.
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", backlog=2048, timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(serve(server, sock))
+
+
+# --- helpers for tests and benchmarks -------------------------------------------------------------
+
+
+def start_test_engine(*extra_args: str, host: str = "127.0.0.1", timeout: float = 20.0) -> tuple[
+    subprocess.Popen[bytes], str
+]:
+    """Starts the engine in a subprocess; returns (process, base_url ending in /v1)."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--host", host, "--port", "0", *extra_args], stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        line = proc.stdout.readline().decode() if ready else ""
+        if not line.startswith("READY port="):
+            raise RuntimeError(f"test engine did not start (exit={proc.poll()}, line={line!r})")
+    except BaseException:
+        stop_test_engine(proc)
+        raise
+    return proc, f"http://{host}:{int(line.split('=', 1)[1])}/v1"
+
+
+def stop_test_engine(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+@contextlib.contextmanager
+def running_test_engine(*extra_args: str, host: str = "127.0.0.1") -> Iterator[str]:
+    """Yields the base_url (``http://host:port/v1``); control endpoints live at base_url minus ``/v1``."""
+    proc, base_url = start_test_engine(*extra_args, host=host)
+    try:
+        yield base_url
+    finally:
+        stop_test_engine(proc)
+
+
+if __name__ == "__main__":
+    main()
