@@ -46,7 +46,11 @@ class Settings:
             database_url=url,
             catalog_path=catalog_path,
             window_seconds=window_seconds,
+            # Limits and timings below are overridable from the environment so tests can shrink them.
+            max_upload_bytes=_env_int("OPENRELAY_MAX_UPLOAD_BYTES", 200 * 1024 * 1024),
+            max_records=_env_int("OPENRELAY_MAX_RECORDS", 50_000),
             max_line_bytes=_env_int("OPENRELAY_MAX_LINE_BYTES", 64 * 1024 * 1024),
+            flush_seconds=_env_float("OPENRELAY_FLUSH_SECONDS", 0.1),
             lease_seconds=_env_float("OPENRELAY_LEASE_SECONDS", 15.0),
             tick_seconds=_env_float("OPENRELAY_TICK_SECONDS", 0.2),
             retry_attempts=_env_int("OPENRELAY_RETRY_ATTEMPTS", 5),

@@ -1,0 +1,171 @@
+"""Start real `orl serve` processes for tests, on SQLite or on a fresh PostgreSQL database each."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+REPO = Path(__file__).resolve().parents[2]
+ORL = str(Path(sys.executable).parent / "orl")
+PG_ADMIN_URL = os.environ.get("OPENRELAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+TEST_CATALOG = """
+[pricing]
+standard = 0.5
+expedited = 0.75
+
+[[models]]
+name = "test/echo"
+endpoints = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]
+slots = {slots}
+concurrency = {concurrency}
+input_usd_per_mtok = 0.30
+output_usd_per_mtok = 1.20
+engine = {{ kind = "openai", base_url = "{engine}", served_model = "echo-served", timeout_seconds = 30 }}
+
+[[models]]
+name = "test/embed"
+endpoints = ["/v1/embeddings"]
+slots = 1
+concurrency = 4
+input_usd_per_mtok = 0.02
+output_usd_per_mtok = 0
+engine = {{ kind = "openai", base_url = "{engine}" }}
+
+[tools]
+allow = ["http://127.0.0.1:9/mcp"]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def create_pg_database() -> str:
+    import psycopg
+
+    name = f"orl_test_{secrets.token_hex(6)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_pg_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class Server:
+    """One running `orl serve`, with helpers to reach it the ways users do."""
+
+    data_dir: Path
+    database_url: str
+    port: int
+    env: dict[str, str]
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    api_key: str = ""
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.data_dir / "serve.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout: float = 60.0) -> Server:
+        cmd = [ORL, "serve", "--port", str(self.port), "--data-dir", str(self.data_dir),
+               "--database-url", self.database_url, *self.args]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its life
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"orl serve exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"orl serve did not come up:\n{self.log()}")
+        key_file = self.data_dir / "api-key"
+        if key_file.exists() and not self.api_key:
+            self.api_key = key_file.read_text().strip()
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def kill(self) -> None:
+        """kill -9: no clean shutdown, leases left behind."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    # -- clients -------------------------------------------------------------------------------------------
+
+    def client(self, api_key: str | None = None) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key or self.api_key, max_retries=0, timeout=60)
+
+    def http(self, method: str, path: str, api_key: str | None = None, **kwargs: Any) -> httpx.Response:
+        headers = kwargs.pop("headers", {})
+        if api_key != "":
+            headers.setdefault("authorization", f"Bearer {api_key or self.api_key}")
+        return httpx.request(method, self.base_url + path, headers=headers, timeout=120, **kwargs)
+
+    def orl(self, *args: str, api_key: str | None = None, cwd: Path | None = None,
+            input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "OPENRELAY_BASE_URL": self.base_url, "OPENRELAY_API_KEY": api_key or self.api_key}
+        return subprocess.run([ORL, *args], env=env, capture_output=True, text=True, timeout=300, cwd=cwd,
+                              input=input.decode() if input else None)
+
+    def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([ORL, "admin", "--database-url", self.database_url, *args], capture_output=True,
+                              text=True, timeout=120)
+
+    def new_org_key(self, name: str | None = None, *extra: str) -> str:
+        """A fresh organization and a key of it (every scope unless ``extra`` says otherwise)."""
+        name = name or f"org-{secrets.token_hex(4)}"
+        assert self.admin("org", "create", name).returncode == 0
+        done = self.admin("key", "create", "--org", name, *extra)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def wait(self, batch_id: str, timeout: float = 120.0, api_key: str | None = None) -> dict[str, Any]:
+        """Poll until the batch is terminal; returns it."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            batch = self.http("GET", f"/batches/{batch_id}", api_key=api_key).json()
+            if batch["status"] in ("completed", "failed", "expired", "cancelled"):
+                return batch
+            time.sleep(0.1)
+        raise AssertionError(f"batch {batch_id} not terminal after {timeout}s: {batch}\n{self.log()[-3000:]}")
