@@ -1,7 +1,8 @@
 """One streaming pass over a batch's input: whole-input refusals first, then every record's verdict.
 
 Memory holds one entry per record with a custom_id (to find duplicates and the batch's model) and the
-rejections; never the records themselves.
+rejections; never the records themselves. The common record (well-formed, no extensions, an offered model) is
+accepted by an inlined fast path; anything else goes through ``check_record``, which decides the exact code.
 """
 
 from __future__ import annotations
@@ -10,14 +11,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import orjson
+
 from ..catalog import Catalog
-from ..errors import InputRefused, StoreError
+from ..errors import InputRefused
 from ..types import Rejection
+from .lines import read_blocks
 from .records import ParseFailure, carries_workflow, check_record, cut_custom_id, parse_line
 
 __all__ = ["ScanResult", "scan_records", "file_lines", "inline_lines"]
 
 DUPLICATE_MESSAGE = "custom_id appears more than once"
+_PARSED = object()  # marks a block whose items are already-parsed inline requests
 
 
 @dataclass(kw_only=True)
@@ -31,71 +36,80 @@ class ScanResult:
         return self.total - len(self.rejections)
 
 
-def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
-    """(line number, raw bytes) of every non-blank line; blank lines still advance the count."""
-    number = 0
-    while True:
-        try:
-            raw = handle.readline(max_line_bytes + 1)
-        except (OSError, StoreError) as exc:
-            raise InputRefused(f"the input could not be read after line {number}: {exc}",
-                               code="input_unreadable") from exc
-        if not raw:
-            return
-        number += 1
-        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-            raise InputRefused(f"line {number} is longer than {max_line_bytes} bytes; the input cannot be read",
-                               code="input_unreadable")
-        if raw.strip():
-            yield number, raw
+Blocks = Iterable[tuple[int, list[Any], object | None]]
 
 
-def inline_lines(requests: list[Any]) -> Iterator[tuple[int, Any]]:
-    """Inline requests are already parsed; wrap each so the scanner can tell them from raw bytes."""
-    for position, request in enumerate(requests, 1):
-        yield position, _Parsed(request)
+def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, list[Any], object | None]]:
+    """Blocks of raw lines; blank lines still advance the count."""
+    for first, block in read_blocks(handle, max_line_bytes):
+        yield first, block, None
 
 
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    value: Any
+def inline_lines(requests: list[Any]) -> Iterator[tuple[int, list[Any], object | None]]:
+    """Inline requests are already parsed; their line is their position in ``requests``."""
+    yield 1, requests, _PARSED
 
 
-def scan_records(lines: Iterable[tuple[int, Any]], *, endpoint: str, catalog: Catalog,
-                 max_records: int) -> ScanResult:
+def scan_records(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
     """Judge every record; raises InputRefused for workflow, too many records, or unreadable input."""
     result = ScanResult()
+    rejections = result.rejections
     pending: list[tuple[int, str, str | None, str | None, str | None]] = []
     seen: set[str] = set()
     duplicates: set[str] = set()
-    for line, payload in lines:
-        result.total += 1
-        if result.total > max_records:
-            # Past the cap only a workflow record can still change the answer: look for it cheaply.
-            if _mentions_workflow(payload):
+    offered = frozenset(name for name, spec in catalog.models.items() if endpoint in spec.endpoints)
+    total = 0
+    for first, block, kind in blocks:
+        parsed = kind is _PARSED
+        for offset, raw in enumerate(block):
+            if not parsed and (not raw or raw.isspace()):
+                continue
+            line = first + offset
+            total += 1
+            if total > max_records:
+                # Past the cap only a workflow record can still change the answer: look for it cheaply.
+                if parsed or b"workflow" in raw:
+                    _refuse_if_workflow_line(line, raw, parsed)
+                continue
+            if parsed:
+                record = raw
+            else:
                 try:
-                    _refuse_if_workflow(line, _value(payload))
-                except ParseFailure:
-                    pass
-            continue
-        try:
-            record = _value(payload)
-        except ParseFailure as exc:
-            result.rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
-            continue
-        _refuse_if_workflow(line, record)
-        verdict = check_record(record, endpoint=endpoint, catalog=catalog)
-        if not verdict.custom_id:
-            result.rejections.append(Rejection(line=line, custom_id="", code=verdict.code or "",
-                                               message=verdict.message or ""))
-            continue
-        if verdict.custom_id in seen:
-            duplicates.add(verdict.custom_id)
-        else:
-            seen.add(verdict.custom_id)
-        pending.append((line, verdict.custom_id, verdict.code, verdict.message, verdict.model))
-    if result.total > max_records:
-        raise InputRefused(f"the input has {result.total:,} records; a batch takes at most {max_records:,}",
+                    record = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    try:
+                        record = parse_line(raw)
+                    except ParseFailure as exc:
+                        rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
+                        continue
+            # Fast path: the shape almost every record has. Any doubt falls through to check_record.
+            if type(record) is dict and "openrelay" not in record and "tool_config" not in record:
+                body = record.get("body")
+                custom_id = record.get("custom_id")
+                if (type(body) is dict and type(custom_id) is str and custom_id
+                        and record.get("method") == "POST" and record.get("url") == endpoint
+                        and "openrelay" not in body and "tool_config" not in body
+                        and body.get("stream") is not True and body.get("model") in offered):
+                    if custom_id in seen:
+                        duplicates.add(custom_id)
+                    else:
+                        seen.add(custom_id)
+                    pending.append((line, custom_id, None, None, body["model"]))
+                    continue
+            _refuse_if_workflow(line, record)
+            verdict = check_record(record, endpoint=endpoint, catalog=catalog)
+            if not verdict.custom_id:
+                rejections.append(Rejection(line=line, custom_id="", code=verdict.code or "",
+                                            message=verdict.message or ""))
+                continue
+            if verdict.custom_id in seen:
+                duplicates.add(verdict.custom_id)
+            else:
+                seen.add(verdict.custom_id)
+            pending.append((line, verdict.custom_id, verdict.code, verdict.message, verdict.model))
+    result.total = total
+    if total > max_records:
+        raise InputRefused(f"the input has {total:,} records; a batch takes at most {max_records:,}",
                            code="input_too_large")
     _settle(result, pending, duplicates)
     return result
@@ -119,12 +133,12 @@ def _settle(result: ScanResult, pending: list[tuple[int, str, str | None, str | 
     result.rejections.sort(key=lambda r: r.line)
 
 
-def _value(payload: Any) -> Any:
-    return payload.value if isinstance(payload, _Parsed) else parse_line(payload)
-
-
-def _mentions_workflow(payload: Any) -> bool:
-    return isinstance(payload, _Parsed) or b"workflow" in payload
+def _refuse_if_workflow_line(line: int, raw: Any, parsed: bool) -> None:
+    try:
+        record = raw if parsed else parse_line(raw)
+    except ParseFailure:
+        return
+    _refuse_if_workflow(line, record)
 
 
 def _refuse_if_workflow(line: int, record: Any) -> None:

@@ -9,7 +9,7 @@ import orjson
 
 from ..blobs.base import BlobStore
 from ..types import Batch, Rejection
-from ..validation.scan import file_lines
+from ..validation.lines import numbered_lines
 
 __all__ = ["rejections_key", "read_rejections", "pending_records", "chunk_key", "output_key", "error_key",
            "tail_key"]
@@ -46,6 +46,6 @@ def pending_records(blobs: BlobStore, batch: Batch, skip: set[int],
                     max_line_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line, record) of every accepted record whose line is not in ``skip``, in input order."""
     with blobs.open(batch.input_blob_key) as handle:
-        for line, raw in file_lines(handle, max_line_bytes):
+        for line, raw in numbered_lines(handle, max_line_bytes):
             if line not in skip:
                 yield line, orjson.loads(raw)

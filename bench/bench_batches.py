@@ -1,0 +1,163 @@
+"""Benchmarks for issue 2: create time vs plain orjson parsing, server memory during create, and throughput
+through a running batch vs a direct asyncio client against the same zero-latency test engine.
+
+    .venv/bin/python bench/bench_batches.py [--records 50000] [--run-records 20000] [--concurrency 64]
+
+Every figure is measured in this run against a baseline measured in the same run; nothing is timed in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.server import Server, free_port  # noqa: E402
+from tests.support.test_engine import start_test_engine, stop_test_engine  # noqa: E402
+
+CATALOG = """
+[[models]]
+name = "bench/echo"
+endpoints = ["/v1/chat/completions"]
+slots = 1
+concurrency = {concurrency}
+input_usd_per_mtok = 0.30
+output_usd_per_mtok = 1.20
+engine = {{ kind = "openai", base_url = "{engine}", served_model = "echo" }}
+"""
+
+
+def write_records(path: Path, count: int) -> None:
+    with open(path, "wb") as out:
+        for i in range(count):
+            out.write(orjson.dumps({
+                "custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "bench/echo", "max_tokens": 64, "messages": [
+                    {"role": "system", "content": "You are a concise assistant."},
+                    {"role": "user", "content": f"Summarise item {i} of the nightly report in one line."}]},
+            }) + b"\n")
+
+
+def orjson_parse_seconds(path: Path) -> float:
+    start = time.perf_counter()
+    with open(path, "rb") as handle:
+        for raw in handle:
+            orjson.loads(raw)
+    return time.perf_counter() - start
+
+
+def peak_rss_mib(pid: int) -> tuple[float, float]:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def upload(server: Server, path: Path) -> str:
+    with open(path, "rb") as handle:
+        answer = server.http("POST", "/files", files={"file": (path.name, handle)}, data={"purpose": "batch"})
+    answer.raise_for_status()
+    return answer.json()["id"]
+
+
+def create(server: Server, file_id: str) -> tuple[float, dict]:
+    start = time.perf_counter()
+    answer = server.http("POST", "/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                                   "completion_window": "24h"})
+    elapsed = time.perf_counter() - start
+    answer.raise_for_status()
+    return elapsed, answer.json()
+
+
+def run_seconds(server: Server, batch_id: str) -> float:
+    """Wall time from the batch's first running poll to its terminal poll (20 ms polling)."""
+    started = None
+    with httpx.Client(headers={"authorization": f"Bearer {server.api_key}"}, timeout=30) as client:
+        while True:
+            batch = client.get(f"{server.base_url}/batches/{batch_id}").json()
+            if started is None and batch["in_progress_at"] is not None:
+                started = time.perf_counter()
+            if batch["status"] in ("completed", "failed", "expired", "cancelled"):
+                assert batch["status"] == "completed", batch
+                assert batch["request_counts"]["completed"] == batch["request_counts"]["total"], batch
+                return time.perf_counter() - (started or time.perf_counter())
+            time.sleep(0.02)
+
+
+async def direct_client_seconds(engine_url: str, path: Path, concurrency: int) -> float:
+    """The baseline: an asyncio httpx client sending the same bodies to the same engine, same concurrency."""
+    bodies = []
+    with open(path, "rb") as handle:
+        for raw in handle:
+            body = orjson.loads(raw)["body"]
+            bodies.append(orjson.dumps({**body, "model": "echo"}))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=60,
+                                 headers={"content-type": "application/json"}) as client:
+        queue = iter(bodies)
+
+        async def lane() -> None:
+            for body in queue:
+                response = await client.post(f"{engine_url}/chat/completions", content=body)
+                orjson.loads(response.content)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=50_000, help="records in the create benchmark file")
+    parser.add_argument("--run-records", type=int, default=20_000, help="records in the throughput batch")
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="orl-bench-"))
+    engine_proc, engine_url = start_test_engine("--no-record")
+    catalog = work / "catalog.toml"
+    catalog.write_text(CATALOG.format(engine=engine_url, concurrency=args.concurrency))
+    server = Server(data_dir=work / "data", database_url=f"sqlite:///{work / 'data' / 'openrelay.db'}",
+                    port=free_port(), env={}, args=["--catalog", str(catalog)])
+    (work / "data").mkdir()
+    try:
+        server.start()
+        big = work / "create.jsonl"
+        write_records(big, args.records)
+        parse = min(orjson_parse_seconds(big) for _ in range(3))
+        file_id = upload(server, big)
+        rss_before, _ = peak_rss_mib(server.proc.pid)
+        create_s, batch = create(server, file_id)
+        _, hwm = peak_rss_mib(server.proc.pid)
+        assert batch["request_counts"]["total"] == args.records and batch["rejected_count"] == 0
+        server.http("POST", f"/batches/{batch['id']}/cancel").raise_for_status()
+        server.wait(batch["id"], timeout=600)
+        print(f"create: {args.records:,} records ({big.stat().st_size / 1e6:.1f} MB) in {create_s:.3f} s; "
+              f"orjson parse of the same lines {parse:.3f} s; ratio {create_s / parse:.2f}x (goal <= 2x)")
+        print(f"server RSS: {rss_before:.0f} MiB before the create, peak {hwm:.0f} MiB (VmHWM) after it")
+
+        small = work / "run.jsonl"
+        write_records(small, args.run_records)
+        _, batch = create(server, upload(server, small))
+        through = run_seconds(server, batch["id"])
+        direct = asyncio.run(direct_client_seconds(engine_url, small, args.concurrency))
+        ours, theirs = args.run_records / through, args.run_records / direct
+        print(f"throughput at concurrency {args.concurrency}: batch {ours:,.0f} req/s; direct asyncio client "
+              f"{theirs:,.0f} req/s; ratio {ours / theirs:.2f} (goal >= 0.9)")
+    finally:
+        server.stop()
+        stop_test_engine(engine_proc)
+        if os.environ.get("KEEP_BENCH_DIR") is None:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
