@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 import orjson
 
@@ -92,21 +93,21 @@ def run_seconds(server: Server, batch_id: str) -> float:
 
 
 async def direct_client_seconds(engine_url: str, path: Path, concurrency: int) -> float:
-    """The baseline: an asyncio httpx client sending the same bodies to the same engine, same concurrency."""
+    """The baseline: an asyncio aiohttp client (the client our engine kind uses) sending the same bodies to the
+    same engine at the same concurrency, parsing each answer."""
     bodies = []
     with open(path, "rb") as handle:
         for raw in handle:
             body = orjson.loads(raw)["body"]
             bodies.append(orjson.dumps({**body, "model": "echo"}))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=60,
-                                 headers={"content-type": "application/json"}) as client:
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
+    async with aiohttp.ClientSession(connector=connector, headers={"content-type": "application/json"}) as client:
         queue = iter(bodies)
 
         async def lane() -> None:
             for body in queue:
-                response = await client.post(f"{engine_url}/chat/completions", content=body)
-                orjson.loads(response.content)
+                async with client.post(f"{engine_url}/chat/completions", data=body) as response:
+                    orjson.loads(await response.read())
 
         start = time.perf_counter()
         await asyncio.gather(*(lane() for _ in range(concurrency)))
