@@ -7,6 +7,7 @@ accepted by an inlined fast path; anything else goes through ``check_record``, w
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -52,6 +53,18 @@ def inline_lines(requests: list[Any]) -> Iterator[tuple[int, list[Any], object |
 
 def scan_records(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
     """Judge every record; raises InputRefused for workflow, too many records, or unreadable input."""
+    # The pass keeps one small tuple per record and creates no reference cycles; without this, the cyclic
+    # collector re-walks the growing list again and again (about a fifth of the create time at 50,000 records).
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _scan(blocks, endpoint=endpoint, catalog=catalog, max_records=max_records)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
     result = ScanResult()
     rejections = result.rejections
     pending: list[tuple[int, str, str | None, str | None, str | None]] = []
