@@ -25,7 +25,7 @@ class Settings:
     database_url: str
     catalog_path: Path | None = None
     window_seconds: int = 86_400  # length of the "24h" completion window
-    max_upload_bytes: int = 200 * 1024 * 1024
+    max_upload_bytes: int = 200_000_000  # 200 MB
     max_records: int = 50_000
     max_line_bytes: int = 64 * 1024 * 1024  # a longer line makes the input unreadable
     lease_seconds: float = 15.0  # a running batch's claim; renewed by its worker's heartbeat
@@ -47,7 +47,7 @@ class Settings:
             catalog_path=catalog_path,
             window_seconds=window_seconds,
             # Limits and timings below are overridable from the environment so tests can shrink them.
-            max_upload_bytes=_env_int("OPENRELAY_MAX_UPLOAD_BYTES", 200 * 1024 * 1024),
+            max_upload_bytes=_env_int("OPENRELAY_MAX_UPLOAD_BYTES", 200_000_000),
             max_records=_env_int("OPENRELAY_MAX_RECORDS", 50_000),
             max_line_bytes=_env_int("OPENRELAY_MAX_LINE_BYTES", 64 * 1024 * 1024),
             flush_seconds=_env_float("OPENRELAY_FLUSH_SECONDS", 0.1),

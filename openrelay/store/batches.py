@@ -80,8 +80,9 @@ class Batches:
         if model:
             query = query.where(batches.c.model == model)
         if tag:
-            # Narrow in SQL, then check the comma-separated list exactly below.
-            query = query.where(batches.c.metadata.contains(tag, autoescape=True))
+            # Narrow in SQL on the tag as it is spelled in the stored JSON text (quotes and backslashes
+            # escaped), then check the comma-separated list exactly below.
+            query = query.where(batches.c.metadata.contains(orjson.dumps(tag).decode()[1:-1], autoescape=True))
         with self.db.read() as conn:
             if after:
                 anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id)
