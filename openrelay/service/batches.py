@@ -21,9 +21,15 @@ WINDOWS = ("24h",)
 
 
 def create_batch(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
-    body = _json_object(raw)
+    try:
+        body, bad_body = _json_object(raw), None
+    except InvalidRequest as exc:
+        # Section 3 puts 403 and 402 before anything of the request: a malformed body is refused after them.
+        body, bad_body = {}, exc
     require(key, Scope.BATCH_WRITE, *((Scope.FILES_READ,) if "input_file_id" in body else ()))
     require_budget(key)
+    if bad_body is not None:
+        raise bad_body
     priority = body.get("priority", Priority.STANDARD.value)
     if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")

@@ -80,8 +80,9 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) 
             line = first + offset
             total += 1
             if total > max_records:
-                # Past the cap only a workflow record can still change the answer: look for it cheaply.
-                if parsed or b"workflow" in raw:
+                # Past the cap only a workflow record can still change the answer: look for it cheaply. A key
+                # spelled with \u escapes hides the plain word, so such lines are parsed too.
+                if parsed or b"workflow" in raw or b"\\u" in raw:
                     _refuse_if_workflow_line(line, raw, parsed)
                 continue
             if parsed:
