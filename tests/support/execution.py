@@ -1,0 +1,107 @@
+"""Helpers for the execution tests: build records, create batches over HTTP, read result files back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any, TypeVar
+
+import orjson
+
+from tests.support.server import Server
+
+T = TypeVar("T")
+
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+INPUT_RATE, OUTPUT_RATE = Decimal("0.30"), Decimal("1.20")  # test/echo, USD per Mtok
+FACTOR = {"standard": Decimal("0.5"), "expedited": Decimal("0.75")}
+
+
+def chat(custom_id: str, text: str, model: str = "test/echo") -> dict[str, Any]:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": text}]}}
+
+
+def create(server: Server, records: list[dict[str, Any]], *, endpoint: str = "/v1/chat/completions",
+           priority: str | None = None) -> dict[str, Any]:
+    """Create a batch from inline requests over plain HTTP; returns the create answer."""
+    body: dict[str, Any] = {"endpoint": endpoint, "completion_window": "24h", "requests": records}
+    if priority is not None:
+        body["priority"] = priority
+    response = server.http("POST", "/batches", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def create_from_file(server: Server, records: list[dict[str, Any]], *,
+                     endpoint: str = "/v1/chat/completions") -> dict[str, Any]:
+    """Upload the records as a JSONL file, then create the batch from it."""
+    data = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    up = server.http("POST", "/files", files={"file": ("input.jsonl", data)}, data={"purpose": "batch"})
+    assert up.status_code == 200, up.text
+    response = server.http("POST", "/batches", json={"input_file_id": up.json()["id"], "endpoint": endpoint,
+                                                     "completion_window": "24h"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def get(server: Server, batch_id: str) -> dict[str, Any]:
+    response = server.http("GET", f"/batches/{batch_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, every: float = 0.05) -> T:
+    """Poll ``check`` until it returns something truthy; return that."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def lines_of(server: Server, file_id: str | None) -> list[dict[str, Any]]:
+    if file_id is None:
+        return []
+    response = server.http("GET", f"/files/{file_id}/content")
+    assert response.status_code == 200, response.text
+    return [orjson.loads(raw) for raw in response.content.splitlines() if raw.strip()]
+
+
+def results(server: Server, batch: dict[str, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(output lines by custom_id, error lines by custom_id); fails on any custom_id seen twice."""
+    out = lines_of(server, batch["output_file_id"])
+    err = lines_of(server, batch["error_file_id"])
+    ids = [line["custom_id"] for line in out + err]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    assert not repeated, f"custom_ids on more than one result line: {repeated[:20]}"
+    return {line["custom_id"]: line for line in out}, {line["custom_id"]: line for line in err}
+
+
+def prompt_text(request: dict[str, Any]) -> str:
+    """The text a recorded engine request carried: the last user message, the prompt or the input."""
+    body = request["body"] or {}
+    if "messages" in body:
+        return next(m["content"] for m in reversed(body["messages"]) if m.get("role") == "user")
+    if "prompt" in body:
+        return body["prompt"]
+    raw = body.get("input")
+    return raw if isinstance(raw, str) else " ".join(map(str, raw or []))
+
+
+def cost(prompt_tokens: int, completion_tokens: int, priority: str = "standard") -> int:
+    raw = (prompt_tokens * INPUT_RATE + completion_tokens * OUTPUT_RATE) * 1000 * FACTOR[priority]
+    return int(raw.to_integral_value(ROUND_HALF_EVEN))
+
+
+def usage_of(lines: dict[str, dict], priority: str = "standard") -> dict[str, int]:
+    """The batch usage the output lines add up to."""
+    pt = ct = nano = 0
+    for line in lines.values():
+        usage = line["response"]["body"]["usage"]
+        p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        pt, ct, nano = pt + p, ct + c, nano + cost(p, c, priority)
+    return {"input_tokens": pt, "output_tokens": ct, "total_tokens": pt + ct, "cost_nano_usd": nano}

@@ -1,0 +1,194 @@
+"""Running batches end to end over HTTP: queueing, slots, priority, concurrency, big batches, expiry, crashes."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from tests.support.execution import (
+    TERMINAL,
+    chat,
+    create,
+    create_from_file,
+    get,
+    prompt_text,
+    results,
+    usage_of,
+    wait_for,
+)
+
+
+def _first_request(engine, marker: str) -> int:
+    """Position of the first request the engine received whose text starts with ``marker``."""
+    texts = [prompt_text(r) for r in engine.requests()]
+    return next(i for i, text in enumerate(texts) if text.startswith(marker))
+
+
+def test_concurrency_caps_requests_in_flight(make_server, engine):
+    server = make_server(concurrency=3)
+    batch = server.wait(create(server, [chat(f"c{i}", f"parallel {i} #sleep=0.5") for i in range(9)])["id"])
+    assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 9
+    stats = engine.stats()
+    assert stats["requests"] == 9
+    assert stats["max_in_flight"] == 3
+
+
+def test_slots_queue_a_second_batch_until_the_first_finishes(make_server, engine):
+    server = make_server(slots=1, concurrency=2)
+    first = create(server, [chat(f"a{i}", f"first batch {i} #sleep=0.5") for i in range(12)])
+    assert first["in_progress_at"] is None
+    running = wait_for(lambda: (b := get(server, first["id"]))["in_progress_at"] is not None and b,
+                       "the first batch to start")
+    assert running["status"] == "in_progress"
+    second = create(server, [chat(f"b{i}", f"second batch {i}") for i in range(3)])
+
+    # The second batch joins the queue: in_progress, but not started while the first holds the only slot.
+    queued = wait_for(lambda: (b := get(server, second["id"]))["status"] != "validating" and b,
+                      "the second batch to be queued")
+    assert queued["status"] == "in_progress" and queued["in_progress_at"] is None
+    assert queued["request_counts"]["completed"] == 0 and queued["usage"]["cost_nano_usd"] == 0
+    assert get(server, first["id"])["status"] not in TERMINAL  # so that was observed while the first ran
+    assert not any(prompt_text(r).startswith("second batch") for r in engine.requests())
+
+    done_first = server.wait(first["id"])
+    done_second = server.wait(second["id"])
+    assert done_first["status"] == done_second["status"] == "completed"
+    assert done_second["in_progress_at"] is not None
+    assert done_second["in_progress_at"] >= done_first["in_progress_at"]
+    texts = [prompt_text(r) for r in engine.requests()]
+    last_first = max(i for i, t in enumerate(texts) if t.startswith("first batch"))
+    assert _first_request(engine, "second batch") > last_first
+
+
+def test_expedited_runs_before_older_standard(make_server, engine):
+    server = make_server(slots=1, concurrency=2)
+    long = create(server, [chat(f"l{i}", f"long batch {i} #sleep=0.5") for i in range(12)])
+    wait_for(lambda: get(server, long["id"])["in_progress_at"] is not None, "the long batch to start")
+    standard = create(server, [chat(f"s{i}", f"standard batch {i}") for i in range(2)], priority="standard")
+    client = server.client()
+    expedited_file = client.files.create(
+        file=("exp.jsonl", b"".join(
+            orjson.dumps(chat(f"x{i}", f"expedited batch {i}")) + b"\n" for i in range(2))),
+        purpose="batch")
+    expedited = client.batches.create(input_file_id=expedited_file.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h", extra_body={"priority": "expedited"})
+    assert standard["priority"] == "standard" and expedited.priority == "expedited"
+    # Both were waiting behind the long batch, so the queue order decided which went first.
+    assert get(server, standard["id"])["in_progress_at"] is None
+    assert get(server, long["id"])["status"] not in TERMINAL
+
+    done = {b: server.wait(b) for b in (long["id"], standard["id"], expedited.id)}
+    assert all(b["status"] == "completed" for b in done.values())
+    assert _first_request(engine, "expedited batch") < _first_request(engine, "standard batch")
+    assert done[expedited.id]["in_progress_at"] <= done[standard["id"]]["in_progress_at"]
+
+
+def test_batch_larger_than_a_flush_completes_every_record_once(make_server, engine):
+    server = make_server(concurrency=32)
+    total = 1200
+    created = create_from_file(server, [chat(f"big-{i}", f"tiny {i}") for i in range(total)])
+    assert created["request_counts"]["total"] == total
+    batch = server.wait(created["id"], timeout=240)
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": total, "completed": total, "failed": 0}
+    assert batch["error_file_id"] is None
+    out, err = results(server, batch)
+    assert sorted(out) == sorted(f"big-{i}" for i in range(total)) and err == {}
+    assert batch["usage"] == usage_of(out)
+    assert engine.stats()["requests"] == total
+    texts = [prompt_text(r) for r in engine.requests()]
+    assert len(set(texts)) == total
+
+
+def test_expired_batch_keeps_finished_records_and_bills_only_them(make_server, engine):
+    server = make_server(concurrency=2, args=("--window-seconds", "2"))
+    total = 30
+    # Windows count from a whole-second created_at: start just after a second ticks over to get all of it.
+    wait_for(lambda: time.time() % 1 < 0.2, "the start of a second", every=0.01)
+    created = create(server, [chat(f"e{i}", f"too slow {i} #sleep=0.4") for i in range(total)])
+    assert created["expires_at"] == created["created_at"] + 2
+    batch = server.wait(created["id"])
+    assert batch["status"] == "expired" and batch["expired_at"] is not None
+    counts = batch["request_counts"]
+    assert counts["total"] == total and counts["completed"] + counts["failed"] == total
+    assert 0 < counts["completed"] < total
+    assert batch["output_file_id"] == f"file-{batch['id']}-output"
+    assert batch["error_file_id"] == f"file-{batch['id']}-error"
+    out, err = results(server, batch)
+    assert len(out) == counts["completed"] and len(err) == counts["failed"]
+    assert set(out) | set(err) == {f"e{i}" for i in range(total)}
+    for custom_id, line in err.items():
+        assert line["id"] == f"batch_req_{custom_id}" and line["response"] is None
+        assert line["error"]["code"] == "batch_expired" and line["error"]["message"]
+    for line in out.values():
+        assert line["response"]["status_code"] == 200 and line["error"] is None
+    # Billed for what ran and nothing else; what never ran never reached the engine.
+    assert batch["usage"] == usage_of(out)
+    sent = {prompt_text(r) for r in engine.requests()}
+    assert sent == {f"too slow {cid[1:]} #sleep=0.4" for cid in out}
+
+
+
+def test_batch_queued_past_its_window_expires_without_running(make_server, engine):
+    server = make_server(slots=1, concurrency=2, args=("--window-seconds", "2"))
+    # Holds the only slot well past both windows: its first two records are still running when they close.
+    holder = create(server, [chat(f"h{i}", f"hold the slot {i} #sleep=4") for i in range(3)])
+    queued = create(server, [chat(f"q{i}", f"never started {i}") for i in range(3)])
+    assert get(server, queued["id"])["in_progress_at"] is None
+
+    never = server.wait(queued["id"])
+    assert never["status"] == "expired" and never["in_progress_at"] is None
+    assert never["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+    assert never["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_nano_usd": 0}
+    assert never["output_file_id"] is None and never["error_file_id"] == f"file-{never['id']}-error"
+    out, err = results(server, never)
+    assert out == {} and sorted(err) == ["q0", "q1", "q2"]
+    assert {line["error"]["code"] for line in err.values()} == {"batch_expired"}
+    assert not any(prompt_text(r).startswith("never started") for r in engine.requests())
+
+    held = server.wait(holder["id"])
+    assert held["status"] == "expired"
+    assert held["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+    out, err = results(server, held)
+    assert len(out) == 2 and [line["error"]["code"] for line in err.values()] == ["batch_expired"]
+
+
+def test_crash_loses_no_finished_record_and_reruns_only_in_flight_ones(make_server, engine):
+    total, concurrency = 40, 4
+    server = make_server(concurrency=concurrency)
+    engine.mode(delay=0.3)
+    batch_id = create(server, [chat(f"k{i}", f"survive the crash {i}") for i in range(total)])["id"]
+    wait_for(lambda: get(server, batch_id)["request_counts"]["completed"] >= 8, "some records to finish",
+             every=0.02)
+    # From now on every new request hangs for a while: what finished becomes durable, what is in flight stays
+    # in flight, so the crash lands at a known point.
+    engine.mode(delay=4)
+    sent_before = engine.stats()["requests"]  # these may still be quick ones; any request after them hangs
+
+    def settled():
+        stats = engine.stats()
+        batch = get(server, batch_id)
+        finished = stats["requests"] - stats["in_flight"]
+        hanging = stats["requests"] - sent_before >= concurrency and stats["in_flight"] == concurrency
+        return hanging and batch["request_counts"]["completed"] == finished and batch
+
+    before = wait_for(settled, "the finished records to be durable and the slots full of hanging requests")
+    server.kill()
+    hung = {prompt_text(r) for r in engine.requests()[sent_before:]}
+    assert len(hung) == concurrency
+    assert 8 <= before["request_counts"]["completed"] < total
+    engine.mode(delay=0)
+    server.start()
+
+    batch = server.wait(batch_id, timeout=120)
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": total, "completed": total, "failed": 0}
+    out, err = results(server, batch)
+    assert sorted(out) == sorted(f"k{i}" for i in range(total)) and err == {}
+    assert batch["usage"] == usage_of(out)  # nothing billed twice
+    # Only the requests in flight at the crash ran again.
+    wait_for(lambda: engine.stats()["in_flight"] == 0, "the hanging requests to end", timeout=30)
+    texts = [prompt_text(r) for r in engine.requests()]
+    assert total <= len(texts) <= total + concurrency
+    assert {t for t in texts if texts.count(t) > 1} == hung
