@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from ..errors import StoreError
 from ..ids import now
@@ -90,20 +91,30 @@ class Results:
         same transaction, so a settle retried after a crash cannot count them twice.
         """
         stamp = now()
+        with self.db.write() as conn:
+            current = conn.execute(sa.select(batches.c.status).where(batches.c.id == batch_id)).scalar_one()
+            if status is BatchStatus.COMPLETED and current == BatchStatus.CANCELLING.value:
+                # Cancelled while finalizing: every record ran, but the user asked to cancel; say so.
+                status = BatchStatus.CANCELLED
+            self._settle(conn, batch_id, worker_id, status=status, output=output, error=error, org_id=org_id,
+                         unrun=unrun, errors=errors, stamp=stamp)
+
+    def _settle(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
+                output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int,
+                errors: list[dict] | None, stamp: int) -> None:
         values: dict = {"status": status.value, "lease_owner": None, "lease_expires_at": None,
                         f"{status.value}_at": stamp, "failed": batches.c.failed + unrun}
         if status is not BatchStatus.FAILED:
             values["finalizing_at"] = sa.func.coalesce(batches.c.finalizing_at, stamp)
         if errors is not None:
             values["errors"] = orjson.dumps(errors).decode()
-        with self.db.write() as conn:
-            for result, column in ((output, "output_file_id"), (error, "error_file_id")):
-                if result is None:
-                    continue
-                insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
-                            filename=result.filename, size=result.size, blob_key=result.blob_key)
-                values[column] = result.file_id
-            done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
-                                .values(**values))
-            if done.rowcount == 0:
-                raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+        for result, column in ((output, "output_file_id"), (error, "error_file_id")):
+            if result is None:
+                continue
+            insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
+                        filename=result.filename, size=result.size, blob_key=result.blob_key)
+            values[column] = result.file_id
+        done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                            .values(**values))
+        if done.rowcount == 0:
+            raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
