@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 
 from ..errors import OpenRelayError
-from ..runtime import open_store
-from ..store.accounts import Accounts
 from ..types import ALL_SCOPES, ApiKey
 from .http import exit_code
+
+if TYPE_CHECKING:
+    from ..store.accounts import Accounts
 
 __all__ = ["app"]
 
@@ -42,6 +43,9 @@ def _store(
 
 def _accounts() -> Accounts:
     if "accounts" not in _state:
+        # Imported here: the store stack (SQLAlchemy) would slow down every other `orl` command's start.
+        from ..runtime import open_store
+
         _state["db"], _state["accounts"] = open_store(_state["url"])
     return _state["accounts"]
 

@@ -62,5 +62,12 @@ def content_get(
     file_id: FileId,
     output: Annotated[str, typer.Option("-o", "--output", help="Destination file; '-' for stdout.")],
 ) -> None:
-    """Download a file's content, streamed to OUTPUT."""
-    run(lambda client: client.download_to(f"files/{file_id}/content", output))
+    """Download a file's content, streamed to OUTPUT; unless OUTPUT is stdout, print what was written."""
+
+    def body(client: ApiClient) -> None:
+        client.download_to(f"files/{file_id}/content", output)
+        if output != "-":
+            dest = Path(output)
+            print_json({"id": file_id, "path": str(dest.resolve()), "bytes": dest.stat().st_size})
+
+    run(body)
