@@ -4,17 +4,33 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .errors import InvalidRequest
 
-__all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "load_catalog"]
+__all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "load_catalog", "parse_catalog"]
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions")
 _NANO_PER_USD_PER_MTOK = Decimal(1000)  # 1 USD per Mtok = 1,000 nano-USD per token
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPrice:
+    """A model's rates at one tier as exact integers over ``scale``: costing a record is integer arithmetic."""
+
+    input_scaled: int
+    output_scaled: int
+    scale: int
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """nano-USD, rounded half to even."""
+        whole, rest = divmod(prompt_tokens * self.input_scaled + completion_tokens * self.output_scaled, self.scale)
+        if 2 * rest > self.scale or (2 * rest == self.scale and whole % 2):
+            whole += 1
+        return whole
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,9 +43,14 @@ class ModelSpec:
     output_usd_per_mtok: Decimal
     engine: dict[str, Any]
 
+    def price(self, factor: Decimal) -> TokenPrice:
+        rates = [rate * _NANO_PER_USD_PER_MTOK * factor for rate in (self.input_usd_per_mtok, self.output_usd_per_mtok)]
+        exponent = min(0, *(int(r.as_tuple().exponent) for r in rates))
+        scale = 10 ** -exponent
+        return TokenPrice(int(rates[0] * scale), int(rates[1] * scale), scale)
+
     def cost_nano_usd(self, prompt_tokens: int, completion_tokens: int, factor: Decimal) -> int:
-        raw = (prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok)
-        return int((raw * _NANO_PER_USD_PER_MTOK * factor).to_integral_value(ROUND_HALF_EVEN))
+        return self.price(factor).cost(prompt_tokens, completion_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)

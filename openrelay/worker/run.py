@@ -8,11 +8,12 @@ waiting for that flush, and those run again on resume. Nothing else is held in m
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from ..catalog import ModelSpec
@@ -46,7 +47,7 @@ class BatchRun:
         self.batch = batch
         self.spec = spec
         self.engine = engine
-        self.factor: Decimal = rt.catalog.factor(batch.priority)
+        self.price = spec.price(rt.catalog.factor(batch.priority))
         self.settings = rt.settings
         self._pending = _Pending()
         self._flush_lock = asyncio.Lock()
@@ -68,7 +69,7 @@ class BatchRun:
         try:
             await self._dispatch(skip)
             await self._flush()
-        except LeaseLost:
+        except* LeaseLost:
             self._lost = True
         finally:
             heartbeat.cancel()
@@ -91,30 +92,30 @@ class BatchRun:
         return self._cancel or self._lost or self._expired
 
     async def _dispatch(self, skip: set[int]) -> None:
-        slots = asyncio.Semaphore(self.spec.concurrency)
-        in_flight: set[asyncio.Task[None]] = set()
-        started = False
+        """``concurrency`` lanes share one reader of the input; each lane runs one record at a time. This keeps
+        exactly that many requests in flight with no task or semaphore per record."""
         records = pending_records(self.rt.blobs, self.batch, skip, self.settings.max_line_bytes)
         try:
-            for line, record in records:
-                await slots.acquire()
-                if self._stopping or time.time() >= self.batch.expires_at:
-                    self._stopped_early = True
-                    slots.release()
-                    break
-                if not started:
-                    await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id)
-                    started = True
-                task = asyncio.create_task(self._one(line, record))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-                task.add_done_callback(lambda _t: slots.release())
-            if in_flight:
-                await asyncio.gather(*in_flight)
+            first = next(records, None)
+            if first is None:
+                return
+            await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id)
+            queue = itertools.chain((first,), records)
+            async with asyncio.TaskGroup() as lanes:
+                for _ in range(self.spec.concurrency):
+                    lanes.create_task(self._lane(queue))
         finally:
             records.close()
-            for task in in_flight:
-                task.cancel()
+
+    async def _lane(self, queue: Iterator[tuple[int, dict[str, Any]]]) -> None:
+        while True:
+            if self._stopping or time.time() >= self.batch.expires_at:
+                self._stopped_early = True
+                return
+            item = next(queue, None)
+            if item is None:
+                return
+            await self._one(*item)
 
     # -- one record ------------------------------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ class BatchRun:
             self._pending.out.append(output_line(custom_id, reply.body, catalog_model=self.spec.name))
             self._pending.input_tokens += prompt
             self._pending.output_tokens += completion
-            self._pending.cost += self.spec.cost_nano_usd(prompt, completion, self.factor)
+            self._pending.cost += self.price.cost(prompt, completion)
         else:
             self._pending.err.append(engine_error_line(custom_id, reply.status_code, reply.body))
         self._pending.lines.append(line)
