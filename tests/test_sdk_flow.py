@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import orjson
 
 
@@ -39,3 +40,16 @@ def test_sdk_upload_create_poll_download(server, engine, tmp_path):
     assert set(first) == {"id", "custom_id", "response", "error"}
     # The engine was asked for its own model name.
     assert {r["body"]["model"] for r in engine.requests()} == {"echo-served"}
+
+
+def test_metrics_count_settled_records(server, engine, tmp_path):
+    lines = [_record("ok-1", "fine"), _record("ok-2", "fine too"), _record("bad", "#status=400")]
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    client = server.client()
+    f = client.files.create(file=open(path, "rb"), purpose="batch")
+    b = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert server.wait(b.id)["status"] == "completed"
+    text = httpx.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    assert 'openrelay_records_total{model="test/echo",outcome="completed"} 2.0' in text
+    assert 'openrelay_records_total{model="test/echo",outcome="failed"} 1.0' in text

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..catalog import ModelSpec
 from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
+from ..metrics import ENGINE_RETRIES, RECORDS, RUNNING_BATCHES
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
 from ..types import Batch, BatchStatus
@@ -66,6 +67,7 @@ class BatchRun:
         skip = {line for c in chunks for line in c.lines} | {r.line for r in rejections}
         heartbeat = asyncio.create_task(self._heartbeat())
         flusher = asyncio.create_task(self._flush_periodically())
+        RUNNING_BATCHES.labels(self.spec.name).inc()
         try:
             await self._dispatch(skip)
             await self._flush()
@@ -74,6 +76,7 @@ class BatchRun:
         finally:
             heartbeat.cancel()
             flusher.cancel()
+            RUNNING_BATCHES.labels(self.spec.name).dec()
         if self._lost:
             log.warning("batch %s: lease lost; another worker resumes it", self.batch.id)
             return
@@ -147,6 +150,7 @@ class BatchRun:
             attempt += 1
             if not retryable or attempt >= self.settings.retry_attempts or self._lost:
                 return reply
+            ENGINE_RETRIES.labels(self.spec.name).inc()
             delay = min(self.settings.retry_max_seconds, self.settings.retry_base_seconds * 2 ** (attempt - 1))
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
 
@@ -172,6 +176,8 @@ class BatchRun:
                       failed=len(pending.err), input_tokens=pending.input_tokens,
                       output_tokens=pending.output_tokens, cost_nano_usd=pending.cost)
         self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
+        RECORDS.labels(self.spec.name, "completed").inc(chunk.completed)
+        RECORDS.labels(self.spec.name, "failed").inc(chunk.failed)
 
     async def _flush_periodically(self) -> None:
         while True:
