@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -42,12 +43,15 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
             raise InvalidRequest(f"file {input_file.id} has purpose {input_file.purpose!r}, not 'batch'",
                                  param="input_file_id")
         input_file_id, blob_key = input_file.id, input_file.blob_key
-        with rt.blobs.open(blob_key) as handle:
-            result = scan_records(file_lines(handle, rt.settings.max_line_bytes), endpoint=endpoint,
-                                  catalog=rt.catalog, max_records=rt.settings.max_records)
+
+        def blocks() -> Iterator[Any]:
+            with rt.blobs.open(blob_key) as handle:
+                yield from file_lines(handle, rt.settings.max_line_bytes)
+
+        result = scan_records(blocks, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records)
     else:
         requests = body["requests"]
-        result = scan_records(inline_lines(requests), endpoint=endpoint, catalog=rt.catalog,
+        result = scan_records(lambda: inline_lines(requests), endpoint=endpoint, catalog=rt.catalog,
                               max_records=rt.settings.max_records)
         input_file_id, blob_key = new_file_id(), ""
     if result.accepted == 0:

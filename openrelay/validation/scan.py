@@ -8,7 +8,7 @@ accepted by an inlined fast path; anything else goes through ``check_record``, w
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -23,6 +23,8 @@ from .records import ParseFailure, carries_workflow, check_record, cut_custom_id
 __all__ = ["ScanResult", "scan_records", "file_lines", "inline_lines"]
 
 DUPLICATE_MESSAGE = "custom_id appears more than once"
+_RECORD_KEYS = frozenset(("custom_id", "method", "url", "body"))
+_BODY_EXTRAS = frozenset(("openrelay", "tool_config"))  # any of these: the full rules decide
 _PARSED = object()  # marks a block whose items are already-parsed inline requests
 
 
@@ -51,20 +53,32 @@ def inline_lines(requests: list[Any]) -> Iterator[tuple[int, list[Any], object |
     yield 1, requests, _PARSED
 
 
-def scan_records(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
-    """Judge every record; raises InputRefused for workflow, too many records, or unreadable input."""
-    # The pass keeps one small tuple per record and creates no reference cycles; without this, the cyclic
-    # collector re-walks the growing list again and again (about a fifth of the create time at 50,000 records).
+class _NeedsFullPass(Exception):
+    """The quick pass met a duplicate custom_id or a second model: which records those rules reject depends on
+    every record's line and model, which the quick pass does not keep."""
+
+
+def scan_records(source: Callable[[], Blocks], *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
+    """Judge every record; raises InputRefused for workflow, too many records, or unreadable input.
+
+    ``source`` opens the input afresh each call. The first pass keeps only the set of custom_ids; an input with
+    a duplicate or a second model is read again by a pass that keeps each record's line and model.
+    """
+    # Neither pass creates reference cycles; without this, the cyclic collector re-walks the growing set and
+    # list again and again (about a fifth of the create time at 50,000 records).
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _scan(blocks, endpoint=endpoint, catalog=catalog, max_records=max_records)
+        try:
+            return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, keep=False)
+        except _NeedsFullPass:
+            return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, keep=True)
     finally:
         if paused:
             gc.enable()
 
 
-def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
+def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, keep: bool) -> ScanResult:
     result = ScanResult()
     rejections = result.rejections
     pending: list[tuple[int, str, str | None, str | None, str | None]] = []
@@ -97,19 +111,27 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) 
                         rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
                         continue
             # Fast path: the shape almost every record has. Any doubt falls through to check_record.
-            if type(record) is dict and "openrelay" not in record and "tool_config" not in record:
-                body = record.get("body")
-                custom_id = record.get("custom_id")
-                if (type(body) is dict and type(custom_id) is str and custom_id
-                        and record.get("method") == "POST" and record.get("url") == endpoint
-                        and "openrelay" not in body and "tool_config" not in body
-                        and body.get("stream") is not True and body.get("model") in offered):
-                    if custom_id in seen:
-                        duplicates.add(custom_id)
-                    else:
-                        seen.add(custom_id)
-                    pending.append((line, custom_id, None, None, body["model"]))
-                    continue
+            if type(record) is dict and record.keys() == _RECORD_KEYS:
+                body = record["body"]
+                custom_id = record["custom_id"]
+                if (type(body) is dict and type(custom_id) is str and custom_id and record["method"] == "POST"
+                        and record["url"] == endpoint and body.keys().isdisjoint(_BODY_EXTRAS)
+                        and body.get("stream") is not True):
+                    model = body.get("model")
+                    if model in offered:
+                        if custom_id in seen:
+                            if not keep:
+                                raise _NeedsFullPass
+                            duplicates.add(custom_id)
+                        else:
+                            seen.add(custom_id)
+                        if keep:
+                            pending.append((line, custom_id, None, None, model))
+                        elif model != result.model:
+                            if result.model is not None:
+                                raise _NeedsFullPass
+                            result.model = model
+                        continue
             _refuse_if_workflow(line, record)
             verdict = check_record(record, endpoint=endpoint, catalog=catalog)
             if not verdict.custom_id:
@@ -117,9 +139,13 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int) 
                                             message=verdict.message or ""))
                 continue
             if verdict.custom_id in seen:
+                if not keep:
+                    raise _NeedsFullPass
                 duplicates.add(verdict.custom_id)
             else:
                 seen.add(verdict.custom_id)
+            if verdict.code is None and not keep:
+                raise _NeedsFullPass  # an accepted record off the fast path: let the full pass place its model
             pending.append((line, verdict.custom_id, verdict.code, verdict.message, verdict.model))
     result.total = total
     if total > max_records:
