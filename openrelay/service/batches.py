@@ -15,6 +15,7 @@ from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from ..worker.inputs import rejections_key
 from .auth import require, require_budget
+from .pages import list_page
 
 __all__ = ["create_batch", "get_batch", "list_batches", "cancel_batch", "replace_metadata", "check_metadata"]
 
@@ -179,8 +180,7 @@ def list_batches(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, sta
     if status is not None and status not in {s.value for s in BatchStatus}:
         raise InvalidRequest(f"unknown status {status!r}", param="status")
     found, more = rt.batches.list(key.org_id, limit=limit, after=after, status=status, model=model, tag=tag)
-    return {"object": "list", "data": [b.as_api() for b in found], "first_id": found[0].id if found else None,
-            "last_id": found[-1].id if found else None, "has_more": more}
+    return list_page([b.as_api() for b in found], more)
 
 
 def cancel_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:

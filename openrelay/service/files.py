@@ -9,6 +9,7 @@ from ..ids import new_file_id
 from ..runtime import Runtime
 from ..types import ApiKey, FileRecord, Scope
 from .auth import require
+from .pages import list_page
 
 __all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "PURPOSES"]
 
@@ -57,8 +58,7 @@ def list_files(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, purpo
     if not 1 <= limit <= 10_000:
         raise InvalidRequest("limit must be between 1 and 10000", param="limit")
     found, more = rt.files.list(key.org_id, limit=limit, after=after, purpose=purpose)
-    return {"object": "list", "data": [f.as_api() for f in found], "first_id": found[0].id if found else None,
-            "last_id": found[-1].id if found else None, "has_more": more}
+    return list_page([f.as_api() for f in found], more)
 
 
 def get_file(rt: Runtime, key: ApiKey, file_id: str) -> FileRecord:

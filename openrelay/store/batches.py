@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Row
 from ..errors import Conflict, NotFound
 from ..ids import now
 from ..types import TERMINAL, Batch, BatchStatus
-from .db import Database
+from .db import Database, newest_first_after
 from .files import insert_file
 from .schema import batches
 
@@ -84,13 +84,7 @@ class Batches:
             # escaped), then check the comma-separated list exactly below.
             query = query.where(batches.c.metadata.contains(orjson.dumps(tag).decode()[1:-1], autoescape=True))
         with self.db.read() as conn:
-            if after:
-                anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id)
-                                      .where(batches.c.id == after, batches.c.org_id == org_id)).first()
-                if anchor is None:
-                    raise NotFound(f"No such Batch object: {after}", param="after")
-                query = query.where(sa.tuple_(batches.c.created_ns, batches.c.id) < sa.tuple_(*anchor))
-            query = query.order_by(batches.c.created_ns.desc(), batches.c.id.desc())
+            query = newest_first_after(conn, batches, query, org_id=org_id, after=after, kind="Batch")
             found: list[Batch] = []
             for row in conn.execute(query.execution_options(yield_per=200)):
                 batch = batch_from_row(row)

@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from ..errors import StoreError
+from ..errors import NotFound, StoreError
 from ..ids import now
 
-__all__ = ["Database", "normalize_url", "MIGRATIONS"]
+__all__ = ["Database", "normalize_url", "newest_first_after", "MIGRATIONS"]
 
 _WRITE = "openrelay_write"
 
@@ -107,6 +107,18 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def newest_first_after(conn: Connection, table: sa.Table, query: sa.Select, *, org_id: str, after: str | None,
+                       kind: str) -> sa.Select:
+    """``query`` ordered newest first, starting after the row ``after`` (404 when the organization has none)."""
+    if after:
+        anchor = conn.execute(sa.select(table.c.created_ns, table.c.id)
+                              .where(table.c.id == after, table.c.org_id == org_id)).first()
+        if anchor is None:
+            raise NotFound(f"No such {kind} object: {after}", param="after")
+        query = query.where(sa.tuple_(table.c.created_ns, table.c.id) < sa.tuple_(*anchor))
+    return query.order_by(table.c.created_ns.desc(), table.c.id.desc())
 
 
 def _statements(sql: str) -> list[str]:

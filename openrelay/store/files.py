@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection, Row
 from ..errors import NotFound
 from ..ids import now, now_ns
 from ..types import Batch, FileRecord
-from .db import Database
+from .db import Database, newest_first_after
 from .schema import batches, files
 
 __all__ = ["Files", "insert_file"]
@@ -50,14 +50,8 @@ class Files:
         if purpose:
             query = query.where(files.c.purpose == purpose)
         with self.db.read() as conn:
-            if after:
-                anchor = conn.execute(sa.select(files.c.created_ns, files.c.id)
-                                      .where(files.c.id == after, files.c.org_id == org_id)).first()
-                if anchor is None:
-                    raise NotFound(f"No such File object: {after}", param="after")
-                query = query.where(sa.tuple_(files.c.created_ns, files.c.id) < sa.tuple_(*anchor))
-            rows = conn.execute(query.order_by(files.c.created_ns.desc(), files.c.id.desc())
-                                .limit(limit + 1)).all()
+            query = newest_first_after(conn, files, query, org_id=org_id, after=after, kind="File")
+            rows = conn.execute(query.limit(limit + 1)).all()
         return [_file(r) for r in rows[:limit]], len(rows) > limit
 
     def delete(self, org_id: str, file_id: str) -> tuple[FileRecord, bool]:
