@@ -46,7 +46,11 @@ class OpenAIEngine:
         if self.served_model:
             body = {**body, "model": self.served_model}
         try:
-            async with self._client().post(self._url(endpoint), data=orjson.dumps(body)) as response:
+            payload = orjson.dumps(body)
+        except orjson.JSONEncodeError as exc:  # e.g. nesting deeper than orjson writes: this record's problem only
+            return EngineReply(400, error_body(f"the request body cannot be sent: {exc}"))
+        try:
+            async with self._client().post(self._url(endpoint), data=payload) as response:
                 status, content = response.status, await response.read()
         except TimeoutError as exc:
             raise EngineUnavailable("engine timed out") from exc

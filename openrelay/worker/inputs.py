@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import orjson
 
 from ..blobs.base import BlobStore
@@ -48,4 +49,16 @@ def pending_records(blobs: BlobStore, batch: Batch, skip: set[int],
     with blobs.open(batch.input_blob_key) as handle:
         for line, raw in numbered_lines(handle, max_line_bytes):
             if line not in skip:
-                yield line, orjson.loads(raw)
+                yield line, _load(raw)
+
+
+def _load(raw: bytes) -> Any:
+    """An accepted record. The create read it with orjson or, on its fast path, with msgspec, so one of the two
+    reads it here too (they differ at the edges, e.g. nesting depth)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _generic_decode(raw)
+
+
+_generic_decode = msgspec.json.Decoder().decode
