@@ -58,6 +58,7 @@ class Worker:
                                             self.rt.settings.lease_seconds)
             if batch is None:
                 return
+            log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
             task = asyncio.create_task(self._handle(batch))
             self._active[batch.id] = task
             task.add_done_callback(lambda _t, bid=batch.id: self._active.pop(bid, None))
