@@ -10,13 +10,14 @@ import openai
 import orjson
 import pytest
 
+from tests.support.records import error_of
+
 # CONTRACT section 6, every field of the batch object.
 BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",
     "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at",
     "cancelled_at", "output_file_id", "error_file_id", "errors", "request_counts", "usage", "metadata",
 }
-ENVELOPE_KEYS = {"message", "type", "code", "param"}
 UNKNOWN_BATCH = "batch_000000000000"
 
 
@@ -44,17 +45,6 @@ def _create_embeddings(server, n: int = 1) -> dict:
     })
     assert resp.status_code == 200, resp.text
     return resp.json()
-
-
-def _error(resp, status: int, code: str | None, param: str | None = None, type_: str = "invalid_request_error"):
-    assert resp.status_code == status, resp.text
-    error = resp.json()["error"]
-    assert ENVELOPE_KEYS <= set(error)
-    assert isinstance(error["message"], str) and error["message"]
-    assert error["type"] == type_
-    assert error["code"] == code
-    assert error["param"] == param
-    return error
 
 
 def _get(server, batch_id: str, api_key: str | None = None) -> dict:
@@ -96,7 +86,7 @@ def _same_404(server, method: str, path: str, real_id: str, api_key: str, **kwar
     """Another organization's id answers exactly like an unknown one."""
     theirs = server.http(method, path.format(real_id), api_key=api_key, **kwargs)
     nobody = server.http(method, path.format(UNKNOWN_BATCH), api_key=api_key, **kwargs)
-    _error(theirs, 404, "not_found", "batch_id")
+    error_of(theirs, 404, "not_found", "batch_id")
     expected = nobody.json()
     expected["error"]["message"] = expected["error"]["message"].replace(UNKNOWN_BATCH, real_id)
     assert theirs.json() == expected
@@ -152,7 +142,7 @@ def test_batch_object_shape_and_usage(server, engine):
 def test_retrieve_unknown_or_other_organization_is_404(server):
     mine = _create(server, ["hello"])
     other_key = server.new_org_key("other-org")
-    _error(server.http("GET", f"/batches/{UNKNOWN_BATCH}"), 404, "not_found", "batch_id")
+    error_of(server.http("GET", f"/batches/{UNKNOWN_BATCH}"), 404, "not_found", "batch_id")
     _same_404(server, "GET", "/batches/{}", mine["id"], other_key)
     with pytest.raises(openai.NotFoundError):
         server.client(api_key=other_key).batches.retrieve(mine["id"])
@@ -193,15 +183,15 @@ def test_list_newest_first_with_paging(server):
     assert [b.id for b in server.client().batches.list(limit=3)] == newest_first
 
     for limit in (0, 101, -1):
-        _error(server.http("GET", "/batches", params={"limit": limit}), 400, "invalid_request_error", "limit")
-    _error(server.http("GET", "/batches", params={"limit": "many"}), 400, "invalid_request_error", "limit")
-    _error(server.http("GET", "/batches", params={"after": UNKNOWN_BATCH}), 404, "not_found", "after")
+        error_of(server.http("GET", "/batches", params={"limit": limit}), 400, "invalid_request_error", "limit")
+    error_of(server.http("GET", "/batches", params={"limit": "many"}), 400, "invalid_request_error", "limit")
+    error_of(server.http("GET", "/batches", params={"after": UNKNOWN_BATCH}), 404, "not_found", "after")
 
     # Another organization sees none of them and cannot page from one of them.
     other_key = server.new_org_key("other-org")
     theirs = server.http("GET", "/batches", api_key=other_key).json()
     assert theirs["data"] == [] and theirs["has_more"] is False
-    _error(server.http("GET", "/batches", params={"after": created[3]}, api_key=other_key), 404, "not_found",
+    error_of(server.http("GET", "/batches", params={"after": created[3]}, api_key=other_key), 404, "not_found",
            "after")
 
 
@@ -225,7 +215,7 @@ def test_list_filters_status_model_and_tag(make_server, engine):
     assert _ids(_list(server, status="cancelled")) == [cancelled["id"]]
     assert _ids(_list(server, status="completed")) == [untagged["id"], spaced["id"], embedded["id"], done["id"]]
     assert _ids(_list(server, status="failed")) == []
-    _error(server.http("GET", "/batches", params={"status": "done"}), 400, "invalid_request_error", "status")
+    error_of(server.http("GET", "/batches", params={"status": "done"}), 400, "invalid_request_error", "status")
 
     assert _ids(_list(server, model="test/embed")) == [embedded["id"]]
     assert _ids(_list(server, model="test/echo")) == [untagged["id"], spaced["id"], cancelled["id"], done["id"]]
@@ -308,17 +298,17 @@ def test_metadata_limits(server):
     too_many = {f"k{i:02d}": "v" for i in range(33)}
     for bad in (too_many, {"k" * 65: "v"}, {"k": "v" * 513}, {"k": 1}, {"k": None}, ["k", "v"], "k=v"):
         resp = _set_metadata(server, batch["id"], bad)
-        _error(resp, 400, "invalid_request_error", "metadata")
-    _error(server.http("POST", f"/batches/{batch['id']}/metadata", json={"tags": "x"}), 400,
+        error_of(resp, 400, "invalid_request_error", "metadata")
+    error_of(server.http("POST", f"/batches/{batch['id']}/metadata", json={"tags": "x"}), 400,
            "invalid_request_error", "metadata")
-    _error(server.http("POST", f"/batches/{batch['id']}/metadata", content=b"{not json"), 400,
+    error_of(server.http("POST", f"/batches/{batch['id']}/metadata", content=b"{not json"), 400,
            "invalid_request_error", None)
     assert _get(server, batch["id"])["metadata"] == at_limits  # no refused edit changed anything
 
     # The create holds metadata to the same limits.
     resp = server.http("POST", "/batches", json={"endpoint": "/v1/chat/completions", "completion_window": "24h",
                                                  "requests": [_request("r", "hi")], "metadata": too_many})
-    _error(resp, 400, "invalid_request_error", "metadata")
+    error_of(resp, 400, "invalid_request_error", "metadata")
 
 
 def test_metadata_of_another_organization_is_404(server):
@@ -328,7 +318,7 @@ def test_metadata_of_another_organization_is_404(server):
     # 404 before 400: a bad map does not reveal that the id exists.
     _same_404(server, "POST", "/batches/{}/metadata", batch["id"], other_key,
               json={"metadata": {"k" * 65: "v"}})
-    _error(_set_metadata(server, UNKNOWN_BATCH, {"x": "y"}), 404, "not_found", "batch_id")
+    error_of(_set_metadata(server, UNKNOWN_BATCH, {"x": "y"}), 404, "not_found", "batch_id")
     assert _get(server, batch["id"])["metadata"] == {"mine": "yes"}
 
 
@@ -340,13 +330,13 @@ def test_cancel_a_terminal_batch_is_409(server):
     done = server.wait(batch["id"])
     assert done["status"] == "completed"
     resp = server.http("POST", f"/batches/{batch['id']}/cancel")
-    error = _error(resp, 409, "batch_terminal")
+    error = error_of(resp, 409, "batch_terminal")
     assert "completed" in error["message"]
     with pytest.raises(openai.ConflictError):
         server.client().batches.cancel(batch["id"])
     assert _get(server, batch["id"]) == done  # untouched
 
-    _error(server.http("POST", f"/batches/{UNKNOWN_BATCH}/cancel"), 404, "not_found", "batch_id")
+    error_of(server.http("POST", f"/batches/{UNKNOWN_BATCH}/cancel"), 404, "not_found", "batch_id")
     other_key = server.new_org_key("other-org")
     _same_404(server, "POST", "/batches/{}/cancel", batch["id"], other_key)
 
@@ -370,7 +360,7 @@ def test_cancel_a_running_batch(make_server, engine):
     assert done["status"] == "cancelled"
     assert done["cancelled_at"] >= done["cancelling_at"] == cancelling.cancelling_at
     assert done["completed_at"] is None and done["in_progress_at"] is not None
-    _error(server.http("POST", f"/batches/{batch['id']}/cancel"), 409, "batch_terminal")
+    error_of(server.http("POST", f"/batches/{batch['id']}/cancel"), 409, "batch_terminal")
 
     started = _sent_custom_ids(engine)
     assert 2 <= len(started) < total  # the two in flight at the cancel, and not every record
@@ -433,14 +423,14 @@ def test_batch_scopes_and_keys(server):
     files_only = server.new_org_key("files-only", "--scopes", "files.read,files.write")
     read_only = server.new_org_key("batch-readers", "--scopes", "batch.read")
     for method, path, kwargs in (("GET", "/batches", {}), ("GET", f"/batches/{batch['id']}", {})):
-        _error(server.http(method, path, api_key=files_only, **kwargs), 403, "insufficient_scope",
+        error_of(server.http(method, path, api_key=files_only, **kwargs), 403, "insufficient_scope",
                type_="permission_error")
-        _error(server.http(method, path, api_key="", **kwargs), 401, "invalid_api_key")
+        error_of(server.http(method, path, api_key="", **kwargs), 401, "invalid_api_key")
     for path, kwargs in ((f"/batches/{batch['id']}/cancel", {}),
                          (f"/batches/{batch['id']}/metadata", {"json": {"metadata": {}}})):
-        _error(server.http("POST", path, api_key=read_only, **kwargs), 403, "insufficient_scope",
+        error_of(server.http("POST", path, api_key=read_only, **kwargs), 403, "insufficient_scope",
                type_="permission_error")
-        _error(server.http("POST", path, api_key="orl-wrong", **kwargs), 401, "invalid_api_key")
+        error_of(server.http("POST", path, api_key="orl-wrong", **kwargs), 401, "invalid_api_key")
     assert server.http("GET", "/batches", api_key=read_only).json()["data"] == []
 
 
@@ -453,7 +443,7 @@ def test_models_lists_the_catalog(server):
         {"id": "test/embed", "object": "model", "owned_by": "openrelay", "endpoints": ["/v1/embeddings"]},
     ]}
     assert [m.id for m in server.client().models.list()] == ["test/echo", "test/embed"]
-    _error(server.http("GET", "/models", api_key=""), 401, "invalid_api_key")
+    error_of(server.http("GET", "/models", api_key=""), 401, "invalid_api_key")
 
 
 def test_healthz(server):

@@ -11,7 +11,7 @@ import openai
 import orjson
 import pytest
 
-ENVELOPE_KEYS = {"message", "type", "code", "param"}
+from tests.support.records import error_of
 
 
 def _record(custom_id: str, text: str, **body: object) -> bytes:
@@ -51,18 +51,6 @@ def _blob_files(server) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
 
 
-def _error(resp, status: int, code: str | None, param: str | None = None, type_: str = "invalid_request_error"):
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("application/json")
-    error = resp.json()["error"]
-    assert ENVELOPE_KEYS <= set(error)
-    assert isinstance(error["message"], str) and error["message"]
-    assert error["type"] == type_
-    assert error["code"] == code
-    assert error["param"] == param
-    return error
-
-
 def _ids(page: dict) -> list[str]:
     return [f["id"] for f in page["data"]]
 
@@ -98,7 +86,7 @@ def test_sdk_create_retrieve_list_content_delete(server):
         client.files.delete(created.id)
     assert list(client.files.list()) == []
     for method, path in (("GET", ""), ("GET", "/content"), ("DELETE", "")):
-        _error(server.http(method, f"/files/{created.id}{path}"), 404, "not_found", "file_id")
+        error_of(server.http(method, f"/files/{created.id}{path}"), 404, "not_found", "file_id")
     assert _blob_files(server) == set()  # the bytes went with the file
 
 
@@ -146,7 +134,7 @@ def test_list_newest_first_with_paging(server):
     # The SDK pages through on its own.
     assert [f.id for f in client.files.list(limit=2)] == newest_first
 
-    _error(server.http("GET", "/files", params={"limit": 0}), 400, "invalid_request_error", "limit")
+    error_of(server.http("GET", "/files", params={"limit": 0}), 400, "invalid_request_error", "limit")
 
 
 def test_list_purpose_filter(server):
@@ -216,7 +204,7 @@ def test_upload_over_the_limit_is_413_and_leaves_nothing(make_server):
     # Declared length over the limit.
     content_type, body = _form(os.urandom(2 * 1024 * 1024), "batch")
     resp = server.http("POST", "/files", content=body, headers={"content-type": content_type})
-    error = _error(resp, 413, "file_too_large", "file")
+    error = error_of(resp, 413, "file_too_large", "file")
     assert "limit" in error["message"]
 
     # No declared length (chunked): the limit holds while the bytes stream in, to the byte.
@@ -224,7 +212,7 @@ def test_upload_over_the_limit_is_413_and_leaves_nothing(make_server):
         content_type, body = _form(b"y" * size, "batch")
         resp = server.http("POST", "/files", content=_chunked(body), headers={"content-type": content_type})
         assert "content-length" not in resp.request.headers
-        _error(resp, 413, "file_too_large", "file")
+        error_of(resp, 413, "file_too_large", "file")
 
     # The SDK sees an ordinary API error.
     with pytest.raises(openai.APIStatusError) as caught:
@@ -242,7 +230,7 @@ def test_wrong_or_missing_purpose_is_400(server):
     for purpose in ("fine-tune", "", None):
         content_type, body = _form(b"{}\n", purpose)
         resp = server.http("POST", "/files", content=body, headers={"content-type": content_type})
-        _error(resp, 400, "invalid_request_error", "purpose")
+        error_of(resp, 400, "invalid_request_error", "purpose")
     with pytest.raises(openai.BadRequestError) as caught:
         client.files.create(file=("r.jsonl", io.BytesIO(b"{}\n")), purpose="assistants")
     assert caught.value.body["param"] == "purpose"
@@ -253,10 +241,10 @@ def test_wrong_or_missing_purpose_is_400(server):
 def test_missing_file_part_is_400(server):
     content_type, body = _form(None, "batch")
     resp = server.http("POST", "/files", content=body, headers={"content-type": content_type})
-    _error(resp, 400, "invalid_request_error", "file")
+    error_of(resp, 400, "invalid_request_error", "file")
     # Not a form at all.
     resp = server.http("POST", "/files", json={"purpose": "batch", "file": "{}"})
-    _error(resp, 400, "invalid_request_error", None)
+    error_of(resp, 400, "invalid_request_error", None)
     assert list(server.client().files.list()) == []
     assert _blob_files(server) == set()
 
@@ -273,7 +261,7 @@ def test_other_organization_sees_a_404_like_an_unknown_id(server):
     for method, suffix in (("GET", ""), ("GET", "/content"), ("DELETE", "")):
         theirs = server.http(method, f"/files/{mine.id}{suffix}", api_key=other_key)
         nobody = server.http(method, f"/files/{unknown}{suffix}", api_key=other_key)
-        _error(theirs, 404, "not_found", "file_id")
+        error_of(theirs, 404, "not_found", "file_id")
         expected = nobody.json()
         expected["error"]["message"] = expected["error"]["message"].replace(unknown, mine.id)
         assert theirs.json() == expected
@@ -285,7 +273,7 @@ def test_other_organization_sees_a_404_like_an_unknown_id(server):
     with pytest.raises(openai.NotFoundError):
         other.files.delete(mine.id)
     assert list(other.files.list()) == []
-    _error(server.http("GET", "/files", params={"after": mine.id}, api_key=other_key), 404, "not_found", "after")
+    error_of(server.http("GET", "/files", params={"after": mine.id}, api_key=other_key), 404, "not_found", "after")
 
     # The other organization's own file is invisible the other way round.
     theirs = _upload(other, b"theirs\n")
@@ -303,7 +291,7 @@ def test_no_or_unknown_key_is_401(server):
              ("POST", "/files", {"content": body, "headers": {"content-type": content_type}})]
     for api_key in ("", "orl-not-a-real-key"):
         for method, path, kwargs in calls:
-            _error(server.http(method, path, api_key=api_key, **kwargs), 401, "invalid_api_key")
+            error_of(server.http(method, path, api_key=api_key, **kwargs), 401, "invalid_api_key")
     with pytest.raises(openai.AuthenticationError):
         server.client(api_key="orl-not-a-real-key").files.list()
     assert [f.id for f in server.client().files.list()] == [mine.id]
@@ -315,7 +303,7 @@ def test_missing_scope_is_403(server):
     write_only = server.new_org_key("writers", "--scopes", "files.write")
 
     def forbidden(resp):
-        error = _error(resp, 403, "insufficient_scope", None, type_="permission_error")
+        error = error_of(resp, 403, "insufficient_scope", None, type_="permission_error")
         return error["message"]
 
     content_type, body = _form(b"x\n", "batch")

@@ -85,7 +85,7 @@ def content_lines(server: Server, file_id: str, api_key: str | None = None) -> l
     return [orjson.loads(raw) for raw in resp.content.splitlines()]
 
 
-def error_of(resp: httpx.Response, status: int, code: str | None, *, param: str | None = None,
+def error_of(resp: httpx.Response, status: int, code: str | None, param: str | None = None,
              type_: str = "invalid_request_error") -> dict[str, Any]:
     """The error object of an OpenAI-envelope answer, after checking its status, code, type and param."""
     assert resp.status_code == status, resp.text
