@@ -45,6 +45,8 @@ class State:
         self.requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.first_at: float | None = None  # wall clock of the first /v1 request's arrival
+        self.last_at: float | None = None  # ... and of the latest one's answer (benchmarks time runs by these)
         self.fail_counts: dict[str, int] = {}
         self.mode_status: int | None = None
         self.mode_delay = 0.0
@@ -162,6 +164,8 @@ def v1_route(path: str, handler: Handler) -> Route:
 
     async def endpoint(request: Request) -> Response:
         STATE.requests += 1
+        if STATE.first_at is None:
+            STATE.first_at = time.time()
         STATE.in_flight += 1
         STATE.max_in_flight = max(STATE.max_in_flight, STATE.in_flight)
         try:
@@ -180,6 +184,7 @@ def v1_route(path: str, handler: Handler) -> Route:
             return await handler(body)
         finally:
             STATE.in_flight -= 1
+            STATE.last_at = time.time()
 
     return Route(path, endpoint, methods=["POST"])
 
@@ -190,7 +195,8 @@ async def control_requests(request: Request) -> Response:
 
 async def control_stats(request: Request) -> Response:
     s = STATE
-    return json_response({"requests": s.requests, "in_flight": s.in_flight, "max_in_flight": s.max_in_flight})
+    return json_response({"requests": s.requests, "in_flight": s.in_flight, "max_in_flight": s.max_in_flight,
+                          "first_at": s.first_at, "last_at": s.last_at})
 
 
 async def control_reset(request: Request) -> Response:
