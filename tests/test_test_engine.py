@@ -110,7 +110,9 @@ def test_max_in_flight(client: httpx.Client, engine_url: str) -> None:
 
     asyncio.run(burst())
     stats = client.get("/control/stats").json()
+    timing = {k: stats.pop(k) for k in ("first_at", "last_at")}
     assert stats == {"requests": 8, "in_flight": 0, "max_in_flight": 8}
+    assert timing["last_at"] - timing["first_at"] > 0
 
 
 def test_no_record_flag() -> None:
