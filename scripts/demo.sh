@@ -28,8 +28,8 @@ print(f"{b['id']}: {b['status']}, {b['request_counts']}, usage {b['usage']}", fi
 PY
 OUTPUT_ID=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_file_id"] or "")' "$OUT/batch.json")
 ERROR_ID=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["error_file_id"] or "")' "$OUT/batch.json")
-[ -n "$OUTPUT_ID" ] && .venv/bin/orl files content get "$OUTPUT_ID" -o "$OUT/results.jsonl"
-[ -n "$ERROR_ID" ] && .venv/bin/orl files content get "$ERROR_ID" -o "$OUT/errors.jsonl"
+[ -n "$OUTPUT_ID" ] && .venv/bin/orl files content get "$OUTPUT_ID" -o "$OUT/results.jsonl" >/dev/null
+[ -n "$ERROR_ID" ] && .venv/bin/orl files content get "$ERROR_ID" -o "$OUT/errors.jsonl" >/dev/null
 echo "demo: results in $OUT/results.jsonl${ERROR_ID:+, errors in $OUT/errors.jsonl}" >&2
 .venv/bin/python - "$OUT/results.jsonl" <<'PY'
 import json, sys
