@@ -49,9 +49,6 @@ class ModelSpec:
         scale = 10 ** -exponent
         return TokenPrice(int(rates[0] * scale), int(rates[1] * scale), scale)
 
-    def cost_nano_usd(self, prompt_tokens: int, completion_tokens: int, factor: Decimal) -> int:
-        return self.price(factor).cost(prompt_tokens, completion_tokens)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Catalog:

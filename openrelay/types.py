@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -139,7 +139,6 @@ class Batch:
     started: bool = False
     lease_owner: str | None = None
     lease_expires_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def terminal(self) -> bool:

@@ -1,8 +1,9 @@
 """Running one claimed batch: keep ``concurrency`` requests in flight, make results durable in chunks.
 
-A heartbeat renews the lease and watches for cancel and expiry. Every ``flush_seconds`` the finished records
-are written as one chunk (blobs, then one fenced transaction); a crash loses at most the records in flight or
-waiting for that flush, and those run again on resume. Nothing else is held in memory.
+A heartbeat renews the lease and watches for cancel; each lane checks the window before it takes a record.
+Every ``flush_seconds`` the finished records are written as one chunk (blobs, then one fenced transaction); a
+crash loses at most the records in flight or waiting for that flush, and those run again on resume. Nothing
+else is held in memory.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class BatchRun:
         self._seq = 0
         self._cancel = False
         self._lost = False
-        self._expired = False
         self._stopped_early = False
 
     # -- the whole run ---------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class BatchRun:
 
     @property
     def _stopping(self) -> bool:
-        return self._cancel or self._lost or self._expired
+        return self._cancel or self._lost
 
     async def _dispatch(self, skip: set[int]) -> None:
         """``concurrency`` lanes share one reader of the input; each lane runs one record at a time. This keeps
@@ -189,7 +189,7 @@ class BatchRun:
                 return
 
     async def _heartbeat(self) -> None:
-        """Watch for cancel and expiry every tick (a read); renew the lease every third of its length (a write)."""
+        """Watch for cancel every tick (a read); renew the lease every third of its length (a write)."""
         renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.tick_seconds)
@@ -204,7 +204,6 @@ class BatchRun:
                 self._lost = True
                 return
             self._cancel = current.status is BatchStatus.CANCELLING
-            self._expired = not self._cancel and time.time() >= current.expires_at
 
 
 def _engine_body(body: dict[str, Any]) -> dict[str, Any]:
