@@ -19,4 +19,12 @@ def build_engine(spec: ModelSpec) -> Engine:
         from .llama_local import LlamaCppEngine
 
         return LlamaCppEngine(spec.engine, contexts=spec.concurrency, model_name=spec.name)
+    if kind == "onnx-embeddings":
+        from .onnx_embeddings import OnnxEmbeddingsEngine
+
+        return OnnxEmbeddingsEngine(spec.engine, concurrency=spec.concurrency, model_name=spec.name)
+    if kind == "rapidocr":
+        from .rapid_ocr import RapidOcrEngine
+
+        return RapidOcrEngine(spec.engine, concurrency=spec.concurrency, model_name=spec.name)
     raise InvalidRequest(f"catalog: model {spec.name!r} has unknown engine kind {kind!r}")

@@ -1,0 +1,23 @@
+"""Model files shipped inside installed Python packages: how a catalog names them.
+
+The built-in models come from PyPI packages (pip is the one download the set-up makes; nothing is fetched at run
+time), so the catalog names a file as ``package:relative/path`` and this finds it without importing the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+__all__ = ["packaged_file"]
+
+
+def packaged_file(spec: str) -> Path:
+    """``package:relative/path`` names a file inside an installed package; anything else is a path."""
+    if ":" in spec and not spec.startswith("/"):
+        package, name = spec.split(":", 1)
+        found = importlib.util.find_spec(package)  # finds the folder without importing the package
+        if found is None or not found.submodule_search_locations:
+            raise FileNotFoundError(f"package {package!r} carrying {name!r} is not installed")
+        return Path(list(found.submodule_search_locations)[0]) / name
+    return Path(spec)
