@@ -2,12 +2,51 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from collections.abc import Callable, Iterator
 
-__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES"]
+from prometheus_client import REGISTRY, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT",
+           "register_queue_depths"]
 
 RECORDS = Counter("openrelay_records_total", "Records settled by this process's workers (made durable).",
                   ["model", "outcome"])
 ENGINE_RETRIES = Counter("openrelay_engine_retries_total", "Engine calls retried after 408/429/5xx or no answer.",
                          ["model"])
 RUNNING_BATCHES = Gauge("openrelay_running_batches", "Batches this process's workers are running now.", ["model"])
+ENGINE_UP = Gauge("openrelay_engine_up", "1 while this process's workers send to the model's engine, 0 while its "
+                  "dispatch is paused for an outage.", ["model"])
+ENGINE_IN_FLIGHT = Gauge("openrelay_engine_requests_in_flight", "Requests this process's workers have in flight to "
+                         "the model's engine.", ["model"])
+
+
+class _QueueDepths(Collector):
+    """Batches queued and running per model, read from the store at scrape time: the store is shared by every
+    worker, so this is the fleet's view, not one process's."""
+
+    def __init__(self, depths: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        self.depths = depths
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        queued = GaugeMetricFamily("openrelay_batches_queued", "Batches waiting for a slot of their model.",
+                                   labels=["model"])
+        running = GaugeMetricFamily("openrelay_batches_in_progress", "Batches started and not yet finalizing, "
+                                    "per model, across all workers.", labels=["model"])
+        for model, (waiting, started) in sorted(self.depths().items()):
+            queued.add_metric([model], waiting)
+            running.add_metric([model], started)
+        yield queued
+        yield running
+
+
+_registered: list[_QueueDepths] = []
+
+
+def register_queue_depths(depths: Callable[[], dict[str, tuple[int, int]]]) -> None:
+    """One store per process is what ``/metrics`` reports; a later app replaces an earlier one's."""
+    while _registered:
+        REGISTRY.unregister(_registered.pop())
+    _registered.append(_QueueDepths(depths))
+    REGISTRY.register(_registered[-1])

@@ -39,21 +39,22 @@ def bootstrap(rt: Runtime) -> None:
           file=sys.stderr)
 
 
-def serve(settings: Settings, *, host: str, port: int) -> None:
+def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     rt = open_runtime(settings)
     bootstrap(rt)
-    worker = Worker(rt)
+    worker = Worker(rt) if with_worker else None
     app: FastAPI = create_app(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(worker.run_forever())
+        task = asyncio.create_task(worker.run_forever()) if worker else None
         try:
             yield
         finally:
-            await worker.stop()
-            task.cancel()
+            if worker and task:
+                await worker.stop()
+                task.cancel()
             rt.close()
 
     app.router.lifespan_context = lifespan

@@ -16,7 +16,6 @@ from tests.support.execution import (
     usage_of,
     wait_for,
 )
-from tests.support.server import TEST_CATALOG, free_port
 
 LINE_KEYS = {"id", "custom_id", "response", "error"}
 
@@ -104,22 +103,6 @@ def test_429_retried_until_it_clears_and_429_forever_is_an_error_line(make_serve
     out, err = results(limited, batch)
     assert out == {} and err["slow-down"]["error"]["status_code"] == 429
     assert _seen(engine, "always throttled") == 3
-
-
-def test_engine_down_gives_engine_unavailable_lines(make_server):
-    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    catalog = TEST_CATALOG.format(engine=closed, slots=1, concurrency=2)
-    server = make_server(catalog=catalog, env={"OPENRELAY_RETRY_ATTEMPTS": "2"})
-    batch = server.wait(create(server, [chat(f"d{i}", f"nobody home {i}") for i in range(3)])["id"])
-    assert batch["status"] == "completed"
-    assert batch["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
-    assert batch["output_file_id"] is None and batch["error_file_id"] == f"file-{batch['id']}-error"
-    assert batch["usage"]["total_tokens"] == 0 and batch["usage"]["cost_nano_usd"] == 0
-    out, err = results(server, batch)
-    assert out == {} and sorted(err) == ["d0", "d1", "d2"]
-    for custom_id, line in err.items():
-        assert set(line) == LINE_KEYS and line["id"] == f"batch_req_{custom_id}" and line["response"] is None
-        assert line["error"]["code"] == "engine_unavailable" and line["error"]["message"]
 
 
 def test_completions_and_embeddings_batches(server, engine):

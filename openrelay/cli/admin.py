@@ -62,7 +62,8 @@ def _fail(exc: OpenRelayError) -> None:
 def _key_view(key: ApiKey) -> dict[str, Any]:
     return {"id": key.id, "org_id": key.org_id, "prefix": key.prefix, "scopes": sorted(key.scopes),
             "budget_usd": None if key.budget_nano_usd is None else float(Decimal(key.budget_nano_usd) / 10**9),
-            "spent_usd": float(Decimal(key.spent_nano_usd) / 10**9), "created_at": key.created_at,
+            "spent_usd": float(Decimal(key.spent_nano_usd) / 10**9), "budget_nano_usd": key.budget_nano_usd,
+            "spent_nano_usd": key.spent_nano_usd, "created_at": key.created_at,
             "revoked_at": key.revoked_at}
 
 
@@ -103,13 +104,45 @@ def key_create(
     """Create a key; prints only the new secret on stdout (it is shown once)."""
     try:
         accounts = _accounts()
-        budget = None if budget_usd is None else int(Decimal(str(budget_usd)) * 10**9)
+        budget = None if budget_usd is None else _nano_usd(str(budget_usd))
         _key, secret = accounts.create_key(accounts.org_by_name(org).id,
                                            scopes=tuple(s.strip() for s in scopes.split(",") if s.strip()),
                                            budget_nano_usd=budget)
     except OpenRelayError as exc:
         _fail(exc)
     typer.echo(secret)
+
+
+@key_app.command("show")
+def key_show(key_id: str) -> None:
+    """One key: scopes, budget and what it has spent so far."""
+    try:
+        _print(_key_view(_accounts().key(key_id)))
+    except OpenRelayError as exc:
+        _fail(exc)
+
+
+@key_app.command("set-budget")
+def key_set_budget(
+    key_id: str,
+    budget_usd: Annotated[str, typer.Option(help="Spend budget in USD, or 'none' for no limit.")],
+) -> None:
+    """Replace a key's spend budget; its spend so far is kept."""
+    budget = None if budget_usd.strip().lower() == "none" else _nano_usd(budget_usd)
+    try:
+        _print(_key_view(_accounts().set_budget(key_id, budget)))
+    except OpenRelayError as exc:
+        _fail(exc)
+
+
+def _nano_usd(usd: str) -> int:
+    try:
+        value = Decimal(usd)
+    except ArithmeticError:
+        raise typer.BadParameter(f"not an amount in USD: {usd!r}") from None
+    if not value.is_finite() or value < 0:
+        raise typer.BadParameter(f"a budget is a non-negative amount in USD, not {usd!r}")
+    return int(value * 10**9)
 
 
 @key_app.command("list")

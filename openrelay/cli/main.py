@@ -34,6 +34,8 @@ def serve(
     catalog: CatalogFile = None,
     database_url: DatabaseUrl = None,
     window_seconds: Window = 86_400,
+    with_worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Also run a worker here (--no-worker: "
+                                              "API only, with `orl worker` processes elsewhere).")] = True,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
     from ..config import Settings
@@ -41,7 +43,7 @@ def serve(
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
                               window_seconds=window_seconds)
-    run_server(settings, host=host, port=port)
+    run_server(settings, host=host, port=port, with_worker=with_worker)
 
 
 @app.command()

@@ -32,6 +32,11 @@ class Engine(Protocol):
         engine's own model."""
         ...
 
+    async def healthy(self) -> bool:
+        """Does the engine answer at all? Asked only when calls keep failing, to tell an outage from a bad
+        record; an in-process engine is healthy while its process lives."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

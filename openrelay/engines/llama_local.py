@@ -79,5 +79,8 @@ class LlamaCppEngine:
         result["created"] = int(time.time())
         return EngineReply(200, result)
 
+    async def healthy(self) -> bool:
+        return True
+
     async def aclose(self) -> None:
         self._idle = None

@@ -109,6 +109,15 @@ class Accounts:
             self.key(key_id)  # raises NotFound for an unknown id; otherwise it was already revoked
         return self.key(key_id)
 
+    def set_budget(self, key_id: str, budget_nano_usd: int | None) -> ApiKey:
+        """Replace a key's spend budget (None: unlimited). What it spent so far stays."""
+        with self.db.write() as conn:
+            done = conn.execute(api_keys.update().where(api_keys.c.id == key_id)
+                                .values(budget_nano_usd=budget_nano_usd))
+        if done.rowcount == 0:
+            raise NotFound(f"no key {key_id!r}")
+        return self.key(key_id)
+
     def authenticate(self, secret: str) -> ApiKey | None:
         """The live key with this secret, or None."""
         digest = hash_key(secret)

@@ -14,6 +14,7 @@ from ..ids import now
 from ..types import TERMINAL, Batch, BatchStatus
 from .db import Database, newest_first_after
 from .files import insert_file
+from .idempotency import Claim, complete_claim
 from .schema import batches
 
 __all__ = ["Batches", "batch_from_row", "batch_values", "LIVE"]
@@ -58,12 +59,16 @@ class Batches:
 
     # -- the API's view -------------------------------------------------------------------------------------
 
-    def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]]) -> None:
-        """The batch and the files made for it (inline input, rejections) appear together or not at all."""
+    def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]], *,
+               claim: Claim | None = None, answer: bytes = b"") -> None:
+        """The batch, the files made for it (inline input, rejections) and, under an Idempotency-Key, the stored
+        ``answer`` appear together or not at all."""
         with self.db.write() as conn:
             for values in new_files:
                 insert_file(conn, **values)
             conn.execute(batches.insert().values(**batch_values(batch, created_ns)))
+            if claim is not None:
+                complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
         with self.db.read() as conn:
@@ -168,6 +173,17 @@ class Batches:
             if row is not None:
                 return row
         return None
+
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """Per model: (batches queued, batches running), across every worker on this store."""
+        query = (sa.select(batches.c.model, batches.c.started, sa.func.count())
+                 .where(batches.c.status == BatchStatus.IN_PROGRESS.value)
+                 .group_by(batches.c.model, batches.c.started))
+        depths: dict[str, list[int]] = {}
+        with self.db.read() as conn:
+            for model, started, count in conn.execute(query).all():
+                depths.setdefault(model, [0, 0])[1 if started else 0] += count
+        return {model: (queued, running) for model, (queued, running) in depths.items()}
 
     def renew_lease(self, batch_id: str, worker_id: str, lease_seconds: float) -> Batch | None:
         """Extend our lease and read the batch back; None when another worker holds it now."""

@@ -12,11 +12,11 @@ import os
 import secrets
 import time
 
-from ..engines.base import Engine
 from ..engines.factory import build_engine
 from ..runtime import Runtime
 from ..types import Batch, BatchStatus
 from .finalize import settle_batch
+from .gate import EngineGate
 from .run import BatchRun
 
 __all__ = ["Worker"]
@@ -30,14 +30,16 @@ class Worker:
         self.worker_id = f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
         self.slots = {name: spec.slots for name, spec in rt.catalog.models.items()}
         self.capacity = sum(self.slots.values()) + 4  # room to settle cancelled/expired batches meanwhile
-        self._engines: dict[str, Engine] = {}
+        self._gates: dict[str, EngineGate] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
 
-    def engine(self, model: str) -> Engine:
-        if model not in self._engines:
-            self._engines[model] = build_engine(self.rt.catalog.models[model])
-        return self._engines[model]
+    def gate(self, model: str) -> EngineGate:
+        """The model's engine, built on first use, behind the gate all its batches in this process share."""
+        if model not in self._gates:
+            engine = build_engine(self.rt.catalog.models[model])
+            self._gates[model] = EngineGate(model, engine, self.rt.settings)
+        return self._gates[model]
 
     async def run_forever(self) -> None:
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.slots)) or "(no models)")
@@ -83,7 +85,7 @@ class Worker:
         elif time.time() >= batch.expires_at:
             await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
         else:
-            await BatchRun(self.rt, self.worker_id, batch, spec, self.engine(batch.model)).run()
+            await BatchRun(self.rt, self.worker_id, batch, spec, self.gate(batch.model)).run()
 
     async def stop(self) -> None:
         self._stop.set()
@@ -94,5 +96,6 @@ class Worker:
         for batch_id in held:
             # A clean stop hands its batches back at once instead of leaving them until the lease lapses.
             await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
-        for engine in self._engines.values():
-            await engine.aclose()
+        for gate in self._gates.values():
+            await gate.aclose()
+            await gate.engine.aclose()

@@ -1,0 +1,168 @@
+"""Lifecycle corners: cancel from every live status, `failed`, and spend budgets that accrue as records finish."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from tests.support.execution import chat, create, get, results, usage_of, wait_for
+from tests.support.server import ORL
+
+
+def _start_worker(server) -> subprocess.Popen:
+    log = open(server.data_dir / "worker.log", "ab")  # noqa: SIM115 - the child owns it for its life
+    return subprocess.Popen(
+        [ORL, "worker", "--data-dir", str(server.data_dir), "--database-url", server.database_url,
+         "--catalog", str(server.data_dir / "catalog.toml")],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **server.env})
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(15)
+
+
+def test_cancel_while_validating_settles_once_a_worker_runs(make_server, engine):
+    # An API-only server: nothing promotes or runs the batch, so it stays `validating` until a worker comes.
+    server = make_server(args=("--no-worker",))
+    batch = create(server, [chat(f"v{i}", f"never sent {i}") for i in range(3)])
+    time.sleep(0.5)
+    assert get(server, batch["id"])["status"] == "validating"
+    cancelling = server.http("POST", f"/batches/{batch['id']}/cancel").json()
+    assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"] is not None
+    worker = _start_worker(server)
+    try:
+        done = server.wait(batch["id"])
+    finally:
+        _stop(worker)
+    assert done["status"] == "cancelled" and done["cancelled_at"] is not None
+    assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+    out, err = results(server, done)
+    assert out == {} and {line["error"]["code"] for line in err.values()} == {"batch_cancelled"}
+    assert engine.requests() == []
+
+
+def test_cancel_while_finalizing_keeps_every_result(make_server, engine):
+    server = make_server()
+    batch = create(server, [chat(f"z{i}", f"finish first {i} #sleep=0.5") for i in range(4)])
+    # The output blob's name is taken by a directory: composing the output file fails and is retried every
+    # tick, so the batch stays `finalizing` (a storage outage) until the way is cleared.
+    blocker = server.data_dir / "blobs" / "batches" / batch["id"] / "output.jsonl"
+    blocker.mkdir(parents=True)
+    wait_for(lambda: get(server, batch["id"])["status"] == "finalizing", "the batch to reach finalizing")
+    cancelling = server.http("POST", f"/batches/{batch['id']}/cancel").json()
+    assert cancelling["status"] == "cancelling"
+    blocker.rmdir()
+    done = server.wait(batch["id"])
+    assert done["status"] == "cancelled"
+    assert done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}
+    out, err = results(server, done)
+    assert sorted(out) == ["z0", "z1", "z2", "z3"] and err == {}
+    assert done["usage"] == usage_of(out)
+
+
+def test_batch_whose_model_left_the_catalog_fails_and_bills_nothing(make_server, engine):
+    server = make_server(args=("--no-worker",))
+    records = [{"custom_id": f"m{i}", "method": "POST", "url": "/v1/embeddings",
+                "body": {"model": "test/embed", "input": f"orphaned {i}"}} for i in range(2)]
+    batch = create(server, records, endpoint="/v1/embeddings")
+    server.stop()
+    catalog = server.data_dir / "catalog.toml"
+    text = catalog.read_text()
+    catalog.write_text(text[:text.index('[[models]]\nname = "test/embed"')] + text[text.index("[tools]"):])
+    server.args.remove("--no-worker")
+    server.start()
+    done = server.wait(batch["id"])
+    assert done["status"] == "failed" and done["failed_at"] is not None
+    assert done["errors"]["data"][0]["code"] == "model_unavailable"
+    assert "test/embed" in done["errors"]["data"][0]["message"]
+    assert done["request_counts"] == {"total": 2, "completed": 0, "failed": 2}
+    assert done["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_nano_usd": 0}
+    out, err = results(server, done)
+    assert out == {} and {line["error"]["code"] for line in err.values()} == {"batch_failed"}
+    assert engine.requests() == []
+
+
+def _key_show(server, key_id: str) -> dict:
+    shown = server.admin("key", "show", key_id)
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
+def _key_id(server, secret: str) -> str:
+    keys = json.loads(server.admin("key", "list").stdout)
+    return next(k["id"] for k in keys if k["prefix"] == secret[:12])
+
+
+def test_spend_accrues_while_running_and_a_used_up_budget_refuses_creates(make_server, engine):
+    server = make_server(concurrency=1)
+    secret = server.new_org_key(None, "--budget-usd", "0.000001")  # 1,000 nano-USD
+    key_id = _key_id(server, secret)
+    assert _key_show(server, key_id)["spent_nano_usd"] == 0
+    records = [chat(f"b{i}", f"spend some {i} #sleep=0.2 #tokens=100") for i in range(6)]
+    response = server.http("POST", "/batches", api_key=secret,
+                           json={"endpoint": "/v1/chat/completions", "completion_window": "24h", "requests": records})
+    assert response.status_code == 200, response.text
+    batch_id = response.json()["id"]
+    # Spend grows record by record while the batch still runs.
+    partial = wait_for(lambda: (s := _key_show(server, key_id)["spent_nano_usd"]) > 0 and s, "spend to accrue")
+    assert server.http("GET", f"/batches/{batch_id}", api_key=secret).json()["status"] == "in_progress"
+    done = server.wait(batch_id, api_key=secret)
+    assert done["status"] == "completed"
+    content = server.http("GET", f"/files/{done['output_file_id']}/content", api_key=secret).content
+    out = {line["custom_id"]: line for line in map(json.loads, content.splitlines())}
+    assert len(out) == 6
+    spent = _key_show(server, key_id)["spent_nano_usd"]
+    assert partial < spent == done["usage"]["cost_nano_usd"] == usage_of(out)["cost_nano_usd"]
+    assert spent > 1000  # one batch may run past what was left of the budget
+
+    refused = server.http("POST", "/batches", api_key=secret,
+                          json={"endpoint": "/v1/chat/completions", "completion_window": "24h",
+                                "requests": [chat("again", "more")]})
+    assert refused.status_code == 402 and refused.json()["error"]["code"] == "key_budget_exceeded"
+    listed = server.http("GET", "/batches", api_key=secret).json()["data"]
+    assert [b["id"] for b in listed] == [batch_id]  # the refused create made nothing
+
+    raised = server.admin("key", "set-budget", key_id, "--budget-usd", "1")
+    assert raised.returncode == 0, raised.stderr
+    shown = _key_show(server, key_id)
+    assert shown["budget_nano_usd"] == 10**9 and shown["spent_nano_usd"] == spent  # spend is kept
+    again = server.http("POST", "/batches", api_key=secret,
+                        json={"endpoint": "/v1/chat/completions", "completion_window": "24h",
+                              "requests": [chat("again", "more")]})
+    assert again.status_code == 200, again.text
+
+    unlimited = server.admin("key", "set-budget", key_id, "--budget-usd", "none")
+    assert unlimited.returncode == 0 and _key_show(server, key_id)["budget_usd"] is None
+
+
+def test_key_show_and_set_budget_refuse_bad_input(server):
+    assert server.admin("key", "show", "key_nope").returncode != 0
+    assert server.admin("key", "set-budget", "key_nope", "--budget-usd", "1").returncode != 0
+    secret = server.new_org_key()
+    key_id = _key_id(server, secret)
+    for bad in ("-1", "lots", "nan"):
+        done = server.admin("key", "set-budget", key_id, "--budget-usd", bad)
+        assert done.returncode != 0 and bad in done.stderr
+    assert _key_show(server, key_id)["budget_usd"] is None
+
+
+def test_nothing_is_billed_while_queued_or_in_flight(make_server, engine):
+    server = make_server(slots=1, concurrency=1)
+    secret = server.new_org_key()
+    key_id = _key_id(server, secret)
+    body = {"endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    holder = server.http("POST", "/batches", api_key=secret,
+                         json={**body, "requests": [chat("h", "hold #sleep=6")]}).json()
+    queued = server.http("POST", "/batches", api_key=secret, json={**body, "requests": [chat("q", "wait")]}).json()
+    assert server.http("GET", f"/batches/{queued['id']}", api_key=secret).json()["in_progress_at"] is None
+    assert _key_show(server, key_id)["spent_nano_usd"] == 0
+    # The check above ran while the holder's only record was still in flight and the other batch queued.
+    assert server.http("GET", f"/batches/{holder['id']}", api_key=secret).json()["request_counts"]["completed"] == 0
+    assert server.http("GET", f"/batches/{queued['id']}", api_key=secret).json()["in_progress_at"] is None
+    first = server.wait(holder["id"], api_key=secret)
+    second = server.wait(queued["id"], api_key=secret)
+    total = first["usage"]["cost_nano_usd"] + second["usage"]["cost_nano_usd"]
+    assert _key_show(server, key_id)["spent_nano_usd"] == total > 0
