@@ -43,6 +43,7 @@ def test_result_lines_success_4xx_and_5xx(make_server, engine):
     assert batch["request_counts"] == {"total": 5, "completed": 3, "failed": 2}
     out, err = results(server, batch)
     assert sorted(out) == ["flaky", "ok-1", "ok-2"] and sorted(err) == ["bad", "broken"]
+    assert batch["usage"] == usage_of(out)  # the flaky record's three attempts are billed as one answer
 
     for custom_id, line in out.items():
         assert set(line) == LINE_KEYS

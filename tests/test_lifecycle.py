@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from tests.support.execution import chat, create, get, results, usage_of, wait_for
+from tests.support.execution import chat, create, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import ORL
 
 
@@ -166,3 +166,37 @@ def test_nothing_is_billed_while_queued_or_in_flight(make_server, engine):
     second = server.wait(queued["id"], api_key=secret)
     total = first["usage"]["cost_nano_usd"] + second["usage"]["cost_nano_usd"]
     assert _key_show(server, key_id)["spent_nano_usd"] == total > 0
+
+
+def test_kill_9_keeps_queue_places_never_interrupts_and_bills_each_record_once(make_server, engine):
+    server = make_server(slots=1, concurrency=2)
+    secret = server.new_org_key()
+    key_id = _key_id(server, secret)
+
+    def make(prefix: str, count: int, text: str, priority: str = "standard") -> str:
+        response = server.http("POST", "/batches", api_key=secret, json={
+            "endpoint": "/v1/chat/completions", "completion_window": "24h", "priority": priority,
+            "requests": [chat(f"{prefix}{i}", f"{text} {i}") for i in range(count)]})
+        assert response.status_code == 200, response.text
+        return response.json()["id"]
+
+    running = make("a", 8, "running first #sleep=0.5")
+    wait_for(lambda: server.http("GET", f"/batches/{running}", api_key=secret).json()["request_counts"]
+             ["completed"] >= 2, "the first batch to be part done")
+    standard = make("s", 2, "standard queued")
+    expedited = make("x", 2, "expedited queued", priority="expedited")
+    server.kill()
+    server.start()
+    done = {b: server.wait(b, api_key=secret) for b in (running, standard, expedited)}
+    assert all(b["status"] == "completed" and b["request_counts"]["failed"] == 0 for b in done.values())
+    texts = [prompt_text(r) for r in engine.requests()]
+    first = {p: min(i for i, t in enumerate(texts) if t.startswith(p)) for p in ("running", "expedited", "standard")}
+    last_running = max(i for i, t in enumerate(texts) if t.startswith("running"))
+    # The resumed batch kept its slot to the end; then the queue went on in its order, expedited first.
+    assert last_running < first["expedited"] < first["standard"]
+    # Every record once in its result file, billed once: the key's spend is exactly what the batches report.
+    for batch in done.values():
+        content = server.http("GET", f"/files/{batch['output_file_id']}/content", api_key=secret).content
+        ids = [json.loads(line)["custom_id"] for line in content.splitlines()]
+        assert len(ids) == len(set(ids)) == batch["request_counts"]["total"]
+    assert _key_show(server, key_id)["spent_nano_usd"] == sum(b["usage"]["cost_nano_usd"] for b in done.values())
