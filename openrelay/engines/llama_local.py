@@ -7,30 +7,18 @@ oversubscribed by many threads. The weights are memory-mapped, so the contexts s
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from .base import EngineReply, error_body
+from .packaged import packaged_file as resolve_gguf  # ``package:file.gguf``: a model shipped inside a package
 
 __all__ = ["LlamaCppEngine", "resolve_gguf"]
 
 # Sampling fields of a chat completion body that llama.cpp understands; others are ignored.
 _PASSED = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "response_format",
            "logit_bias", "logprobs", "top_logprobs")
-
-
-def resolve_gguf(spec: str) -> Path:
-    """``package:file.gguf`` names a model shipped inside an installed package; anything else is a path."""
-    if ":" in spec and not spec.startswith("/"):
-        package, name = spec.split(":", 1)
-        found = importlib.util.find_spec(package)  # finds the folder without importing the package
-        if found is None or not found.submodule_search_locations:
-            raise FileNotFoundError(f"package {package!r} carrying {name!r} is not installed")
-        return Path(list(found.submodule_search_locations)[0]) / name
-    return Path(spec)
 
 
 class LlamaCppEngine:
