@@ -35,6 +35,8 @@ class Settings:
     retry_attempts: int = 5  # engine attempts per record for retryable failures
     retry_base_seconds: float = 0.5  # first backoff; doubles each retry, capped below
     retry_max_seconds: float = 8.0
+    idempotency_seconds: float = 86_400.0  # how long a create's Idempotency-Key and its stored 200 are kept
+    idempotency_claim_seconds: float = 300.0  # a claim this old with no answer is a dead create's: take it over
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
@@ -56,6 +58,8 @@ class Settings:
             retry_attempts=_env_int("OPENRELAY_RETRY_ATTEMPTS", 5),
             retry_base_seconds=_env_float("OPENRELAY_RETRY_BASE_SECONDS", 0.5),
             retry_max_seconds=_env_float("OPENRELAY_RETRY_MAX_SECONDS", 8.0),
+            idempotency_seconds=_env_float("OPENRELAY_IDEMPOTENCY_SECONDS", 86_400.0),
+            idempotency_claim_seconds=_env_float("OPENRELAY_IDEMPOTENCY_CLAIM_SECONDS", 300.0),
         )
 
     @property

@@ -12,7 +12,8 @@ the API renders them with one function (``api.render``) into the OpenAI envelope
     ├── InsufficientScope                403 insufficient_scope
     ├── BudgetExceeded                   402 key_budget_exceeded
     ├── NotFound                         404 not_found
-    ├── Conflict                         409 (code given: batch_terminal, feature_disabled, ...)
+    ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
+    ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
     └── StoreError                       500 store_error             a database or blob failure, translated
 
 Driver exceptions (SQLAlchemy, OS errors of the blob store, httpx) are translated at the boundary of the module
@@ -34,6 +35,7 @@ __all__ = [
     "BudgetExceeded",
     "NotFound",
     "Conflict",
+    "UnprocessableEntity",
     "StoreError",
 ]
 
@@ -107,6 +109,14 @@ class Conflict(OpenRelayError):
     status = 409
     type = "invalid_request_error"
     code = "conflict"
+
+
+class UnprocessableEntity(OpenRelayError):
+    """Well-formed, but it contradicts what the server already holds (a key reused with another body)."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "unprocessable_entity"
 
 
 class StoreError(OpenRelayError):

@@ -12,6 +12,7 @@ from .store.accounts import Accounts
 from .store.batches import Batches
 from .store.db import Database
 from .store.files import Files
+from .store.idempotency import IdempotencyKeys
 from .store.results import Results
 
 __all__ = ["Runtime", "open_runtime", "open_store"]
@@ -24,6 +25,7 @@ class Runtime:
     accounts: Accounts
     files: Files
     batches: Batches
+    idempotency: IdempotencyKeys
     results: Results
     blobs: BlobStore
     catalog: Catalog
@@ -49,6 +51,8 @@ def open_runtime(settings: Settings) -> Runtime:
         accounts=Accounts(db),
         files=Files(db),
         batches=Batches(db),
+        idempotency=IdempotencyKeys(db, keep_seconds=settings.idempotency_seconds,
+                                    claim_seconds=settings.idempotency_claim_seconds),
         results=Results(db),
         blobs=LocalBlobStore(settings.blob_dir),
         catalog=load_catalog(settings.catalog_path),

@@ -120,7 +120,9 @@ def create_app(rt: Runtime) -> FastAPI:
     async def create_batch(request: Request) -> Response:
         key = await caller(request)
         raw = await request.body()
-        return _json(await run_in_threadpool(batch_service.create_batch, rt, key, raw))
+        answer = await run_in_threadpool(batch_service.create_batch, rt, key, raw,
+                                         request.headers.get("idempotency-key"))
+        return Response(answer, media_type="application/json")
 
     @app.get("/v1/batches")
     async def list_batches(request: Request, limit: Annotated[int, Query()] = 20, after: str | None = None,

@@ -84,6 +84,27 @@ def _tag_with(meta: dict[str, str], key: str) -> dict[str, str]:
     return {**meta, "tags": joined}
 
 
+def _earlier_input_file(client: ApiClient, idempotency_key: str) -> str | None:
+    """The input file of the batch an earlier attempt made with this key (it carries the key as a tag), if any.
+
+    Reusing it, before uploading anything, makes the retry's body byte-identical to the first attempt's, which the
+    server answers with the stored batch instead of a second one.
+    """
+    try:
+        found = client.get("batches", {"tag": idempotency_key, "limit": 1}).get("data") or []
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        # A key without batch.read can still create: it just cannot look for an earlier attempt.
+        say(f"cannot look for an earlier batch with idempotency key {idempotency_key!r}: {exc.message}")
+        return None
+    if not found:
+        return None
+    say(f"batch {found[0]['id']} already has idempotency key {idempotency_key!r}; "
+        f"reusing its input file {found[0]['input_file_id']}")
+    return str(found[0]["input_file_id"])
+
+
 @app.command()
 def create(
     input_file: Annotated[
@@ -113,13 +134,7 @@ def create(
     def body(client: ApiClient) -> None:
         file_id = input_file_id
         if input_file is not None and idempotency_key is not None:
-            # A retry: the first attempt's batch carries the key as a tag, so reuse its input file and send the
-            # byte-identical body, which the server answers with the stored batch instead of a second one.
-            found = client.get("batches", {"tag": idempotency_key, "limit": 1}).get("data") or []
-            if found:
-                file_id = found[0]["input_file_id"]
-                say(f"batch {found[0]['id']} already has idempotency key {idempotency_key!r}; "
-                    f"reusing its input file {file_id}")
+            file_id = _earlier_input_file(client, idempotency_key)
         if input_file is not None and file_id is None:
             uploaded = client.upload(input_file, "batch")
             file_id = uploaded["id"]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from ..catalog import ENDPOINTS
-from ..errors import Conflict, InvalidRequest, NoValidRecords
+from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..ids import new_batch_id, new_file_id, now, now_ns
 from ..runtime import Runtime
+from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from ..worker.inputs import rejections_key
@@ -20,18 +23,50 @@ from .pages import list_page
 __all__ = ["create_batch", "get_batch", "list_batches", "cancel_batch", "replace_metadata", "check_metadata"]
 
 WINDOWS = ("24h",)
+MAX_IDEMPOTENCY_KEY_BYTES = 512
 
 
-def create_batch(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
+def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | None = None) -> bytes:
+    """The create's 200 body, as bytes: under an Idempotency-Key they are stored and replayed exactly.
+
+    ``idempotency_key`` is the header as HTTP delivers it, decoded as latin-1 (one character per byte).
+    Steps 1 to 3 of CONTRACT section 3 are here, the rest in ``_create``.
+    """
     try:
         body, bad_body = _json_object(raw), None
     except InvalidRequest as exc:
-        # Section 3 puts 403 and 402 before anything of the request: a malformed body is refused after them.
+        # Section 3 puts 403, 402 and idempotency before anything of the request: a malformed body comes after.
         body, bad_body = {}, exc
     require(key, Scope.BATCH_WRITE, *((Scope.FILES_READ,) if "input_file_id" in body else ()))
     require_budget(key)
-    if bad_body is not None:
-        raise bad_body
+    claim = None
+    if idempotency_key is not None:
+        found = rt.idempotency.claim(key.org_id, _check_idempotency_key(idempotency_key),
+                                     hashlib.sha256(raw).hexdigest())
+        if isinstance(found, Stored):
+            return found.answer
+        claim = found
+    try:
+        if bad_body is not None:
+            raise bad_body
+        return _create(rt, key, body, claim)
+    except BaseException:
+        if claim is not None:
+            # Only a 200 is kept. A claim we cannot delete now goes stale and is taken over by a later retry.
+            with contextlib.suppress(StoreError):
+                rt.idempotency.release(claim)
+        raise
+
+
+def _check_idempotency_key(value: str) -> str:
+    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY_BYTES:
+        raise InvalidRequest(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes; got {len(value)}",
+                             param="Idempotency-Key")
+    return value
+
+
+def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None) -> bytes:
+    """Steps 4 to 8 of CONTRACT section 3."""
     priority = body.get("priority", Priority.STANDARD.value)
     if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")
@@ -75,13 +110,14 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
         total=result.total, failed=len(result.rejections), rejected_count=len(result.rejections),
         rejections_file_id=rejections_file_id, metadata=metadata,
     )
-    rt.batches.create(batch, now_ns(), new_files)
     answer = batch.as_api()
     answer["rejected_count"] = batch.rejected_count
     if result.rejections:
         answer["rejected_records"] = [r.as_api() for r in result.rejections]
         answer["rejected_records_file_id"] = rejections_file_id
-    return answer
+    raw_answer = orjson.dumps(answer)
+    rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer)
+    return raw_answer
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:

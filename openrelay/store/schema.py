@@ -18,7 +18,8 @@ from sqlalchemy import (
     Text,
 )
 
-__all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks"]
+__all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
+           "idempotency_keys"]
 
 metadata = MetaData()
 
@@ -125,4 +126,20 @@ model_locks = Table(
     "model_locks",
     metadata,
     Column("model", String(200), primary_key=True),
+)
+
+# One row per organization and Idempotency-Key of a create (store/idempotency.py): a claim while the create runs
+# (``answer`` null), then the create's 200 until ``expires_at``.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("idempotency_key", String(512), nullable=False),  # as sent: 1 to 512 bytes, one character per byte
+    Column("request_sha256", String(64), nullable=False),  # hex digest of the request body's exact bytes
+    Column("claim_token", String(32), nullable=False),  # which create holds the claim; a takeover changes it
+    Column("claimed_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("answer", Text),  # the 200's body, replayed byte for byte; null while the create runs
+    PrimaryKeyConstraint("org_id", "idempotency_key"),
+    Index("ix_idempotency_keys_expires", "expires_at"),
 )
