@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import InvalidRequest
 
-__all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "load_catalog", "parse_catalog"]
+__all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "ToolLimits", "load_catalog", "parse_catalog"]
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions")
 _NANO_PER_USD_PER_MTOK = Decimal(1000)  # 1 USD per Mtok = 1,000 nano-USD per token
@@ -51,10 +51,20 @@ class ModelSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolLimits:
+    """How far a record's tool loop may lean on tool servers (``[tools]`` in the catalog)."""
+
+    call_timeout_seconds: float = 60.0  # one tool call; past it the model is told the call timed out
+    record_timeout_seconds: float = 300.0  # all of one record's time in tool servers; past it the record fails
+    max_output_bytes: int = 65_536  # of one tool result, as fed back to the model
+
+
+@dataclass(frozen=True, kw_only=True)
 class Catalog:
     models: dict[str, ModelSpec]
     pricing: dict[str, Decimal]
     tools_allow: tuple[str, ...] = field(default_factory=tuple)
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
 
     def names(self) -> list[str]:
         return sorted(self.models)
@@ -105,8 +115,21 @@ def parse_catalog(text: str) -> Catalog:
     pricing = {"standard": Decimal("0.5"), "expedited": Decimal("0.75")}
     pricing.update({k: Decimal(str(v)) for k, v in (raw.get("pricing") or {}).items()})
     models = [_model(m) for m in raw.get("models", [])]
-    allow = tuple((raw.get("tools") or {}).get("allow", ()))
-    return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=allow)
+    tools = raw.get("tools") or {}
+    return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=tuple(tools.get("allow", ())),
+                   tool_limits=_tool_limits(tools))
+
+
+def _tool_limits(tools: dict[str, Any]) -> ToolLimits:
+    defaults = ToolLimits()
+    limits = ToolLimits(
+        call_timeout_seconds=float(tools.get("call_timeout_seconds", defaults.call_timeout_seconds)),
+        record_timeout_seconds=float(tools.get("record_timeout_seconds", defaults.record_timeout_seconds)),
+        max_output_bytes=int(tools.get("max_output_bytes", defaults.max_output_bytes)),
+    )
+    if min(limits.call_timeout_seconds, limits.record_timeout_seconds, limits.max_output_bytes) <= 0:
+        raise InvalidRequest("catalog: [tools] timeouts and max_output_bytes must be positive")
+    return limits
 
 
 def load_catalog(path: Path | None) -> Catalog:

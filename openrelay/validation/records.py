@@ -101,7 +101,7 @@ def check_record(record: Any, *, endpoint: str, catalog: Catalog) -> Verdict:
         return _fail(custom_id, "tool_config_moved",
                      "tool_config has moved: put it under body.openrelay.tool_config")
     if "openrelay" in body:
-        problem = _extension_problem(body["openrelay"], catalog)
+        problem = _extension_problem(body["openrelay"], catalog, endpoint)
         if problem is not None:
             return _fail(custom_id, *problem)
     model = body.get("model")
@@ -118,14 +118,14 @@ def check_record(record: Any, *, endpoint: str, catalog: Catalog) -> Verdict:
     return Verdict(custom_id=custom_id, code=None, message=None, model=model)
 
 
-def _extension_problem(ext: Any, catalog: Catalog) -> tuple[str, str] | None:
+def _extension_problem(ext: Any, catalog: Catalog, endpoint: str) -> tuple[str, str] | None:
     if not isinstance(ext, dict):
         return "unknown_extension", "body.openrelay must be a JSON object"
     unknown = sorted(k for k in ext if k != "tool_config")
     if unknown:
         return "unknown_extension", f'unknown openrelay extension "{unknown[0]}" (supported: tool_config)'
     if "tool_config" in ext:
-        problem = tool_config_problem(ext["tool_config"], catalog)
+        problem = tool_config_problem(ext["tool_config"], catalog, endpoint)
         if problem is not None:
             return "invalid_tool_config", problem
     return None

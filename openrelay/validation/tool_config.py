@@ -8,18 +8,23 @@ from urllib.parse import urlsplit
 
 from ..catalog import Catalog
 
-__all__ = ["tool_config_problem", "MAX_ROUNDS_LIMIT", "DEFAULT_MAX_ROUNDS"]
+__all__ = ["tool_config_problem", "blocked_address", "MAX_ROUNDS_LIMIT", "DEFAULT_MAX_ROUNDS"]
 
 DEFAULT_MAX_ROUNDS = 8
 MAX_ROUNDS_LIMIT = 16
 _SERVER_KEYS = {"url", "headers", "allowed_tools"}
-_BLOCKED_NETS = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fd00:ec2::254/128"))
+TOOL_ENDPOINT = "/v1/chat/completions"  # the only endpoint whose models call tools
+# Link-local (IPv4 and IPv6) and the cloud metadata addresses: never a tool server, whatever the allow-list says.
+_BLOCKED_NETS = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"),
+                 ipaddress.ip_network("fd00:ec2::254/128"))
 
 
-def tool_config_problem(config: Any, catalog: Catalog) -> str | None:
+def tool_config_problem(config: Any, catalog: Catalog, endpoint: str) -> str | None:
     """Why ``config`` is not an acceptable tool_config, or None when it is."""
     if not isinstance(config, dict):
         return "tool_config must be a JSON object"
+    if endpoint != TOOL_ENDPOINT:
+        return f"tool_config works only with {TOOL_ENDPOINT} (this batch's endpoint is {endpoint})"
     extra = sorted(set(config) - {"servers", "max_rounds"})
     if extra:
         return f'tool_config has an unknown field "{extra[0]}"'
@@ -62,9 +67,18 @@ def _server_problem(server: Any, catalog: Catalog) -> str | None:
     return None
 
 
+def blocked_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` is link-local or a metadata address, also when written as IPv4-mapped IPv6."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in net for net in _BLOCKED_NETS)
+
+
 def _blocked_host(host: str) -> bool:
+    """A literal address is judged here; a host name (or an odd numeric spelling) when the record runs, after
+    it is resolved: what a name points at can change between create and run."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    return any(address in net for net in _BLOCKED_NETS)
+    return blocked_address(address)

@@ -25,7 +25,8 @@ from ..store.results import Chunk, LeaseLost
 from ..types import Batch, BatchStatus
 from .finalize import settle_batch
 from .inputs import chunk_key, pending_records, read_rejections
-from .lines import engine_error_line, output_line
+from .lines import engine_error_line, error_line, output_line
+from .tools import ToolLoopFailed, run_tool_loop, tool_config_of
 
 __all__ = ["BatchRun"]
 
@@ -124,19 +125,30 @@ class BatchRun:
 
     async def _one(self, line: int, record: dict[str, Any]) -> None:
         custom_id = record["custom_id"]
-        reply = await self._call_with_retries(_engine_body(record["body"]))
-        if 200 <= reply.status_code < 300:
-            usage = reply.body.get("usage") if isinstance(reply.body.get("usage"), dict) else {}
-            prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
-            self._pending.out.append(output_line(custom_id, reply.body, catalog_model=self.spec.name))
-            self._pending.input_tokens += prompt
-            self._pending.output_tokens += completion
-            self._pending.cost += self.price.cost(prompt, completion)
+        try:
+            reply = await self._answer(record["body"])
+        except ToolLoopFailed as exc:
+            self._pending.err.append(error_line(custom_id, code=exc.code, message=exc.message))
         else:
-            self._pending.err.append(engine_error_line(custom_id, reply.status_code, reply.body))
+            if 200 <= reply.status_code < 300:
+                usage = reply.body.get("usage") if isinstance(reply.body.get("usage"), dict) else {}
+                prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+                self._pending.out.append(output_line(custom_id, reply.body, catalog_model=self.spec.name))
+                self._pending.input_tokens += prompt
+                self._pending.output_tokens += completion
+                self._pending.cost += self.price.cost(prompt, completion)
+            else:
+                self._pending.err.append(engine_error_line(custom_id, reply.status_code, reply.body))
         self._pending.lines.append(line)
         if len(self._pending.lines) >= self.settings.flush_records:
             await self._flush()
+
+    async def _answer(self, body: dict[str, Any]) -> EngineReply:
+        """The record's final reply: one model call, or a tool loop of them (usage summed over its turns)."""
+        tool_config = tool_config_of(body)
+        if tool_config is None:
+            return await self._call_with_retries(_engine_body(body))
+        return await run_tool_loop(_engine_body(body), tool_config, self._call_with_retries, self.rt.catalog)
 
     async def _call_with_retries(self, body: dict[str, Any]) -> EngineReply:
         endpoint = self.batch.endpoint

@@ -1,0 +1,363 @@
+"""The tool loop of a record carrying ``body.openrelay.tool_config`` (CONTRACT section 8).
+
+The worker connects to the record's MCP servers (streamable HTTP, the official ``mcp`` SDK), offers their tools
+to the model beside the record's own ``tools``, runs the calls the model makes, feeds the results back as ``tool``
+messages, and asks again, until the model answers without calling a server tool. The record's answer is the last
+turn's completion with ``usage`` summed over every turn, so billing (which reads ``usage``) counts each turn once:
+a record resumed after a crash runs its loop from the start, and only a record's final line is ever committed.
+
+Safety: a server is contacted only if the catalog's ``[tools] allow`` covers it when the record runs (the catalog
+may have changed since the create) and its host resolves to no link-local or metadata address, a check the
+connection makes itself, on the addresses it then connects to. Tool-server time is bounded per call and per
+record (``ToolLimits``); a failed or timed-out tool call is the tool's answer to the model, not the record's end;
+a tool result is cut at ``max_output_bytes``.
+
+``ToolLoopFailed`` ends the record as an error line, its ``code`` one of:
+
+- ``tool_server_not_allowed``: the allow-list or the address check refuses a server;
+- ``tool_server_unavailable``: a server cannot be resolved, reached, or would not list its tools;
+- ``tool_timeout``: the record spent its tool-server time (``record_timeout_seconds``);
+- ``tool_rounds_exceeded``: the model still called server tools after ``max_rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import httpcore2
+import httpx2
+import orjson
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, Tool
+
+from ..catalog import Catalog, ToolLimits
+from ..engines.base import EngineReply
+from ..validation.tool_config import DEFAULT_MAX_ROUNDS, blocked_address
+
+__all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop", "tool_config_of"]
+
+ModelCall = Callable[[dict[str, Any]], Awaitable[EngineReply]]
+T = TypeVar("T")
+
+_LIST_PAGES = 100  # a server whose tool listing never ends cannot hold a record forever
+logging.getLogger("httpx2").setLevel(logging.WARNING)  # mcp's HTTP client logs every request at INFO
+
+
+class ToolLoopFailed(Exception):
+    """The record ends as an error line with this code and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def tool_config_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The record's tool_config (checked at create), or None for a plain record."""
+    ext = body.get("openrelay")
+    return ext.get("tool_config") if isinstance(ext, dict) else None
+
+
+async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model: ModelCall,
+                        catalog: Catalog) -> EngineReply:
+    """The record's final reply. ``body`` is what the model may see (tool_config already stripped);
+    ``call_model`` makes one model call with the worker's retries. Raises ``ToolLoopFailed``."""
+    budget = _Budget(catalog.tool_limits)
+    model_errors: list[BaseException] = []
+
+    async def call(request: dict[str, Any]) -> EngineReply:
+        try:
+            return await call_model(request)
+        except BaseException as exc:  # only noted, to tell it from a tool-server failure below
+            model_errors.append(exc)
+            raise
+
+    own_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    own_names = {_function_name(t) for t in own_tools}
+    # The MCP sessions live in anyio task groups, which wrap whatever crosses them in exception groups: the
+    # loop's own exceptions (ours, or the worker's from call_model) leave here as they were raised; a failure
+    # inside a session's background tasks becomes the record's tool_server_unavailable.
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            routes: dict[str, Client] = {}
+            offered: list[dict[str, Any]] = []
+            for server in config["servers"]:
+                client = await _connect(stack, server, catalog, budget)
+                for tool in await _list_tools(client, server, budget):
+                    if tool.name not in own_names and tool.name not in routes:  # the record's own tools win
+                        routes[tool.name] = client
+                        offered.append(_as_function(tool))
+            request = {**body, "tools": [*own_tools, *offered]} if offered else body
+            return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call, budget)
+    except BaseExceptionGroup as group:
+        raise _unwrapped(group, model_errors) from None
+
+
+async def _loop(request: dict[str, Any], routes: dict[str, Client], max_rounds: int, call_model: ModelCall,
+                budget: _Budget) -> EngineReply:
+    messages = request.get("messages")
+    if not isinstance(messages, list):  # nothing to append to: the engine says what is wrong with the body
+        return await call_model(request)
+    rounds = 0
+    usage: dict[str, Any] = {}
+    while True:
+        reply = await call_model({**request, "messages": messages})
+        if not 200 <= reply.status_code < 300:
+            return reply
+        _add_usage(usage, reply.body.get("usage"))
+        message = _assistant_message(reply.body)
+        calls = message.get("tool_calls")
+        # No call, or a call of a tool the record defined itself: the completion goes back to the user as is.
+        if not isinstance(calls, list) or not calls or not all(_call_name(c) in routes for c in calls):
+            return _final(reply, rounds, usage)
+        if rounds == max_rounds:
+            raise ToolLoopFailed("tool_rounds_exceeded",
+                                 f"the model still called tools after max_rounds ({max_rounds}) tool rounds")
+        rounds += 1
+        results = [{"role": "tool", "tool_call_id": call.get("id", ""),
+                    "content": await _run_call(call, routes, budget)} for call in calls]
+        messages = [*messages, {"role": "assistant", "content": message.get("content"), "tool_calls": calls},
+                    *results]
+
+
+def _final(reply: EngineReply, rounds: int, usage: dict[str, Any]) -> EngineReply:
+    """A record that answered at once is exactly what the engine said, as if it had no tool_config."""
+    if rounds == 0:
+        return reply
+    body = {**reply.body, "usage": usage} if usage else dict(reply.body)
+    body["openrelay"] = {"tool_rounds": rounds}
+    return EngineReply(reply.status_code, body)
+
+
+# -- tool servers ------------------------------------------------------------------------------------------------
+
+
+class _Budget:
+    """The record's tool-server time: each operation gets the per-call timeout or what is left, if less."""
+
+    def __init__(self, limits: ToolLimits) -> None:
+        self.limits = limits
+        self.left = limits.record_timeout_seconds
+
+    def next_timeout(self) -> float:
+        if self.left <= 0:
+            raise ToolLoopFailed("tool_timeout", f"the record spent its {self.limits.record_timeout_seconds:g} "
+                                                 "seconds of tool-server time")
+        return min(self.limits.call_timeout_seconds, self.left)
+
+    async def run(self, operation: Awaitable[T]) -> T:
+        """Raises TimeoutError past the call's limit (then ``left`` tells whose limit it was)."""
+        limit = self.next_timeout()
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(limit):
+                return await operation
+        finally:
+            self.left -= time.monotonic() - started
+
+
+async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], catalog: Catalog,
+                   budget: _Budget) -> Client:
+    url = server["url"]
+    if not catalog.tool_url_allowed(url):
+        raise ToolLoopFailed("tool_server_not_allowed", f"tool server {url} is not allowed by the operator")
+    timeout = budget.next_timeout()
+    http = await stack.enter_async_context(httpx2.AsyncClient(
+        headers=server.get("headers") or {}, timeout=httpx2.Timeout(timeout), transport=_CheckedTransport(),
+        trust_env=False))  # no proxy from the environment: the address checked must be the one connected to
+    client = Client(streamable_http_client(url, http_client=http), read_timeout_seconds=timeout)
+    started = time.monotonic()
+    try:
+        # Not under budget.run: the session outlives this call, and a cancel scope cannot end before it.
+        # The HTTP client's and the session's timeouts bound the handshake instead.
+        await stack.enter_async_context(client)
+    except Exception as exc:
+        blocked = _found(exc, BlockedAddress)
+        if blocked is not None:
+            raise ToolLoopFailed("tool_server_not_allowed",
+                                 f"tool server {url} {blocked}; it is never contacted") from None
+        raise ToolLoopFailed("tool_server_unavailable", f"tool server {url}: {_describe(exc)}") from None
+    finally:
+        budget.left -= time.monotonic() - started
+    return client
+
+
+class BlockedAddress(OSError):
+    """A tool server's host resolved to a link-local or metadata address."""
+
+
+class _CheckedBackend(httpcore2.AsyncNetworkBackend):
+    """Resolves each host itself, refuses it if any of its addresses is blocked, and connects to an address it
+    checked: a name cannot resolve to a harmless address for a check and to a blocked one for the connection."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options: Any = None) -> httpcore2.AsyncNetworkStream:
+        with anyio.fail_after(timeout):
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+        for address in addresses:
+            if blocked_address(address):
+                raise BlockedAddress(f"resolves to {address}, a link-local or metadata address")
+        failure: Exception = OSError(f"{host} resolves to no address")
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(str(address), port, timeout=timeout,
+                                                     local_address=local_address, socket_options=socket_options)
+            except httpcore2.ConnectError as exc:
+                failure = exc
+        raise failure
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _CheckedTransport(httpx2.AsyncHTTPTransport):
+    """httpx2's own transport, its connection pool on ``_CheckedBackend`` (the pool is the one place httpx2
+    lets a network backend in; ``_pool`` is its name in the pinned httpx2 version)."""
+
+    def __init__(self) -> None:
+        super().__init__(trust_env=False)
+        self._pool = httpcore2.AsyncConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
+                                                   network_backend=_CheckedBackend())
+
+
+async def _list_tools(client: Client, server: dict[str, Any], budget: _Budget) -> list[Tool]:
+    tools: list[Tool] = []
+    cursor: str | None = None
+    try:
+        for _ in range(_LIST_PAGES):
+            page = await budget.run(client.list_tools(cursor=cursor))
+            tools += page.tools
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    except TimeoutError:
+        budget.next_timeout()
+        raise ToolLoopFailed("tool_server_unavailable",
+                             f"tool server {server['url']}: listing its tools timed out") from None
+    except Exception as exc:
+        raise ToolLoopFailed("tool_server_unavailable",
+                             f"tool server {server['url']}: listing its tools failed: {_describe(exc)}") from None
+    allowed = server.get("allowed_tools")
+    return [tool for tool in tools if allowed is None or tool.name in allowed]
+
+
+async def _run_call(call: dict[str, Any], routes: dict[str, Client], budget: _Budget) -> str:
+    """The text the model gets back: the tool's result, or what went wrong with the call."""
+    name = _call_name(call)
+    raw = (call.get("function") or {}).get("arguments") or "{}"
+    try:
+        arguments = orjson.loads(raw) if isinstance(raw, str) else raw
+    except orjson.JSONDecodeError:
+        return f"error: the arguments of {name} are not valid JSON"
+    if not isinstance(arguments, dict):
+        return f"error: the arguments of {name} must be a JSON object"
+    try:
+        result = await budget.run(routes[name].call_tool(name, arguments))
+    except TimeoutError:
+        budget.next_timeout()
+        return f"error: the call of {name} timed out after {budget.limits.call_timeout_seconds:g} seconds"
+    except Exception as exc:
+        return f"error: {_describe(exc)}"
+    text = _result_text(result)
+    return _capped(f"error: {text}" if result.is_error else text, budget.limits.max_output_bytes)
+
+
+def _result_text(result: CallToolResult) -> str:
+    parts = [block.text if block.type == "text" else f"[{block.type} content omitted]" for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts.append(orjson.dumps(result.structured_content).decode())
+    return "\n".join(parts)
+
+
+def _capped(text: str, limit: int) -> str:
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[:limit].decode("utf-8", "ignore") + f"\n[tool output cut to {limit} of its {len(raw)} bytes]"
+
+
+# -- chat shapes -------------------------------------------------------------------------------------------------
+
+
+def _as_function(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    function["parameters"] = tool.input_schema
+    return {"type": "function", "function": function}
+
+
+def _function_name(tool: Any) -> str | None:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return function.get("name") if isinstance(function, dict) else None
+
+
+def _call_name(call: Any) -> str | None:
+    return _function_name(call)  # a tool call names its function the way a tool definition does
+
+
+def _assistant_message(body: dict[str, Any]) -> dict[str, Any]:
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    return message if isinstance(message, dict) else {}
+
+
+def _add_usage(total: dict[str, Any], usage: Any) -> None:
+    """Add every count in ``usage`` (nested details too) into ``total``."""
+    if not isinstance(usage, dict):
+        return
+    for key, value in usage.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            if isinstance(total.get(key, 0), int):
+                total[key] = total.get(key, 0) + value
+        elif isinstance(value, dict) and isinstance(total.setdefault(key, {}), dict):
+            _add_usage(total[key], value)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions inside ``group``, however deeply nested."""
+    return [leaf for exc in group.exceptions
+            for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])]
+
+
+def _unwrapped(group: BaseExceptionGroup, model_errors: list[BaseException]) -> BaseException:
+    leaves = _leaves(group)
+    for wanted in (lambda e: e in model_errors or not isinstance(e, Exception),
+                   lambda e: isinstance(e, ToolLoopFailed)):
+        found = next((leaf for leaf in leaves if wanted(leaf)), None)
+        if found is not None:
+            return found
+    return ToolLoopFailed("tool_server_unavailable", f"a tool server connection failed: {_describe(leaves[0])}")
+
+
+def _found(exc: BaseException, kind: type[T]) -> T | None:
+    """An exception of ``kind`` in ``exc``, in the groups it is part of or in the chain of causes."""
+    seen: list[BaseException] = [exc]
+    while seen:
+        current = seen.pop()
+        if isinstance(current, kind):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            seen += current.exceptions
+        seen += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        exc = _leaves(exc)[0]
+    return str(exc) or exc.__class__.__name__
