@@ -3,6 +3,9 @@
 Run: ``python tests/support/test_engine.py --host 127.0.0.1 --port 0 [--no-record]``; once listening it
 prints ``READY port=<N>``. Behaviour is steered by ``#key=value`` tokens in the request text
 (``#status=NNN``, ``#sleep=S``, ``#fail_times=N``, ``#tokens=N``) and by the ``/control/*`` endpoints.
+Chat calls tools on ``#call_tool=NAME:{json args}`` (JSON without spaces; one token per call of the turn) while
+the conversation has fewer than ``#tool_rounds=N`` (default 1) tool-calling turns, then answers with text quoting
+every tool result it was given.
 Kept deliberately lean (plain Starlette, orjson, no pydantic) because benchmarks use it as the
 "infinitely fast" engine, so its own overhead must stay negligible.
 """
@@ -127,7 +130,34 @@ async def chat(body: Body) -> Response:
     texts = [content_text(m.get("content")) if isinstance(m, dict) else "" for m in messages]
     roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
     last_user = next((t for r, t in zip(reversed(roles), reversed(texts), strict=True) if r == "user"), "")
+    if "#call_tool=" in last_user or (roles and roles[-1] == "tool"):
+        return await tool_turn(body, roles, texts, last_user)
     return await echo_answer(body, last_user, sum(map(word_count, texts)), "chat")
+
+
+async def tool_turn(body: Body, roles: list[Any], texts: list[str], last_user: str) -> Response:
+    """A tool-calling turn (``#call_tool=``), or the answer once the tool results are in."""
+    err, forced = await apply_directives(last_user)
+    if err is not None:
+        return err
+    specs = [t.split("=", 1)[1] for t in last_user.split() if t.startswith("#call_tool=")]
+    turns_done = sum(1 for m in body["messages"] if isinstance(m, dict) and m.get("tool_calls"))
+    if specs and turns_done < int(parse_directives(last_user).get("tool_rounds", "1")):
+        calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                  "function": {"name": spec.partition(":")[0], "arguments": spec.partition(":")[2] or "{}"}}
+                 for spec in specs]
+        message: Body = {"role": "assistant", "content": None, "tool_calls": calls}
+        finish, words = "tool_calls", len(specs)
+    else:
+        answer = "tool results: " + " | ".join(t for r, t in zip(roles, texts, strict=True) if r == "tool")
+        message, finish, words = {"role": "assistant", "content": answer}, "stop", word_count(answer)
+    prompt = sum(map(word_count, texts))
+    completion = forced if forced is not None else words
+    return json_response({
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+        "model": body.get("model"), "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    })
 
 
 async def completions(body: Body) -> Response:
