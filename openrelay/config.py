@@ -37,6 +37,8 @@ class Settings:
     retry_max_seconds: float = 8.0
     idempotency_seconds: float = 86_400.0  # how long a create's Idempotency-Key and its stored 200 are kept
     idempotency_claim_seconds: float = 300.0  # a claim this old with no answer is a dead create's: take it over
+    outage_base_seconds: float = 1.0  # first wait before probing an engine judged down; doubles, capped below
+    outage_max_seconds: float = 30.0
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
@@ -60,6 +62,8 @@ class Settings:
             retry_max_seconds=_env_float("OPENRELAY_RETRY_MAX_SECONDS", 8.0),
             idempotency_seconds=_env_float("OPENRELAY_IDEMPOTENCY_SECONDS", 86_400.0),
             idempotency_claim_seconds=_env_float("OPENRELAY_IDEMPOTENCY_CLAIM_SECONDS", 300.0),
+            outage_base_seconds=_env_float("OPENRELAY_OUTAGE_BASE_SECONDS", 1.0),
+            outage_max_seconds=_env_float("OPENRELAY_OUTAGE_MAX_SECONDS", 30.0),
         )
 
     @property

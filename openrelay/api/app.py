@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import InvalidRequest, NotFound, OpenRelayError, PayloadTooLarge
+from ..metrics import register_queue_depths
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
@@ -60,9 +61,11 @@ def create_app(rt: Runtime) -> FastAPI:
     async def healthz() -> Response:
         return _json({"status": "ok"})
 
+    register_queue_depths(rt.batches.queue_depths)
+
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await run_in_threadpool(generate_latest), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

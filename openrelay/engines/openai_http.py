@@ -22,6 +22,8 @@ class OpenAIEngine:
     def __init__(self, config: dict[str, Any], *, max_connections: int) -> None:
         self.base_url = str(config["base_url"]).rstrip("/")
         self.served_model = config.get("served_model")
+        # Ollama's and llama-cpp-python's servers read max_tokens and silently ignore max_completion_tokens.
+        self.legacy_max_tokens = bool(config.get("legacy_max_tokens", False))
         self.headers = {"content-type": "application/json"}
         key_env = config.get("api_key_env")
         if key_env and os.environ.get(key_env):
@@ -45,6 +47,8 @@ class OpenAIEngine:
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         if self.served_model:
             body = {**body, "model": self.served_model}
+        if self.legacy_max_tokens and "max_completion_tokens" in body and "max_tokens" not in body:
+            body = {**body, "max_tokens": body["max_completion_tokens"]}
         try:
             payload = orjson.dumps(body)
         except orjson.JSONEncodeError as exc:  # e.g. nesting deeper than orjson writes: this record's problem only
@@ -66,6 +70,15 @@ class OpenAIEngine:
             kind = "server_error" if status >= 500 else "invalid_request_error"
             return EngineReply(status, error_body(f"engine answered a non-JSON body: {text}", type_=kind))
         return EngineReply(status, parsed)
+
+    async def healthy(self) -> bool:
+        """``GET /models`` is the one route every OpenAI-compatible server has; any answer below 500 (even a
+        401 or 404) means a server is there and working."""
+        try:
+            async with self._client().get(self._url("/v1/models"), timeout=aiohttp.ClientTimeout(total=5)) as reply:
+                return reply.status < 500
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
 
     async def aclose(self) -> None:
         if self._session is not None:

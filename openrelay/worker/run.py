@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog import ModelSpec
-from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
+from ..engines.base import EngineReply, EngineUnavailable, error_body
 from ..metrics import ENGINE_RETRIES, RECORDS, RUNNING_BATCHES
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
 from ..types import Batch, BatchStatus
 from .finalize import settle_batch
+from .gate import EngineGate
 from .inputs import chunk_key, pending_records, read_rejections
 from .lines import engine_error_line, error_line, output_line
 from .tools import ToolLoopFailed, run_tool_loop, tool_config_of
@@ -43,13 +44,17 @@ class _Pending:
     cost: int = 0
 
 
+class _Stopped(Exception):
+    """A record left unfinished because its batch stops: cancelled, out of its window, or its lease lost."""
+
+
 class BatchRun:
-    def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, engine: Engine) -> None:
+    def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, gate: EngineGate) -> None:
         self.rt = rt
         self.worker_id = worker_id
         self.batch = batch
         self.spec = spec
-        self.engine = engine
+        self.gate = gate
         self.price = spec.price(rt.catalog.factor(batch.priority))
         self.settings = rt.settings
         self._pending = _Pending()
@@ -119,7 +124,11 @@ class BatchRun:
             item = next(queue, None)
             if item is None:
                 return
-            await self._one(*item)
+            try:
+                await self._one(*item)
+            except _Stopped:
+                self._stopped_early = True
+                return
 
     # -- one record ------------------------------------------------------------------------------------------
 
@@ -151,20 +160,47 @@ class BatchRun:
         return await run_tool_loop(_engine_body(body), tool_config, self._call_with_retries, self.rt.catalog)
 
     async def _call_with_retries(self, body: dict[str, Any]) -> EngineReply:
+        """The engine's final answer to one request. 408/429/5xx and no answer are retried with backoff; when
+        the attempts run out the gate decides between an outage (wait for the engine, attempts start over)
+        and a failure of this record (the reply is its answer). Raises ``_Stopped`` when the batch stops."""
         endpoint = self.batch.endpoint
         attempt = 0
-        while True:
-            try:
-                reply = await self.engine.call(endpoint, body)
-            except EngineUnavailable as exc:
-                reply = EngineReply(503, error_body(exc.message, type_="server_error", code="engine_unavailable"))
-            retryable = reply.status_code in (408, 429) or reply.status_code >= 500
-            attempt += 1
-            if not retryable or attempt >= self.settings.retry_attempts or self._lost:
-                return reply
-            ENGINE_RETRIES.labels(self.spec.name).inc()
-            delay = min(self.settings.retry_max_seconds, self.settings.retry_base_seconds * 2 ** (attempt - 1))
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        answered_before = self.gate.answered
+        failing = False
+        try:
+            while True:
+                await self._wait_for_engine()
+                try:
+                    reply = await self.gate.call(endpoint, body)
+                except EngineUnavailable as exc:
+                    reply = EngineReply(503, error_body(exc.message, type_="server_error", code="engine_unavailable"))
+                if not (reply.status_code in (408, 429) or reply.status_code >= 500):
+                    self.gate.answered_ok()
+                    return reply
+                if self._lost:
+                    raise _Stopped
+                if not failing:
+                    failing = True
+                    self.gate.failing += 1
+                attempt += 1
+                if attempt >= self.settings.retry_attempts:
+                    if not await self.gate.is_outage(answered_before):
+                        return reply
+                    attempt, answered_before = 0, self.gate.answered
+                    continue
+                ENGINE_RETRIES.labels(self.spec.name).inc()
+                delay = min(self.settings.retry_max_seconds, self.settings.retry_base_seconds * 2 ** (attempt - 1))
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        finally:
+            if failing:
+                self.gate.failing -= 1
+
+    async def _wait_for_engine(self) -> None:
+        """Return once the model's engine may be called; while it is down, watch for the batch stopping."""
+        while not self.gate.is_open or self._stopping:
+            if self._stopping or time.time() >= self.batch.expires_at:
+                raise _Stopped
+            await self.gate.wait_open(min(self.settings.tick_seconds, self.batch.expires_at - time.time()))
 
     # -- durability and liveness -----------------------------------------------------------------------------
 
