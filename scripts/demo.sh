@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, start `orl serve` on the built-in local models, run a real batch, and leave its results on disk.
+# Set up, start `orl serve` on the built-in local models, run one real batch per model role (chat, embeddings,
+# OCR) and leave their results on disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,24 +18,49 @@ done
 export OPENRELAY_BASE_URL="http://127.0.0.1:$PORT/v1"
 export OPENRELAY_API_KEY
 OPENRELAY_API_KEY=$(cat "$DATA/api-key")
-.venv/bin/orl batches create --input-file examples/requests.jsonl --metadata job=demo \
-  --rejections-out "$OUT/rejections.jsonl" >"$OUT/batch.json"
-BATCH=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$OUT/batch.json")
-.venv/bin/orl batches wait "$BATCH" >"$OUT/batch.json"
-.venv/bin/python - "$OUT/batch.json" <<'PY'
-import json, sys
-b = json.load(open(sys.argv[1]))
-print(f"{b['id']}: {b['status']}, {b['request_counts']}, usage {b['usage']}", file=sys.stderr)
-PY
-OUTPUT_ID=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_file_id"] or "")' "$OUT/batch.json")
-ERROR_ID=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["error_file_id"] or "")' "$OUT/batch.json")
-[ -n "$OUTPUT_ID" ] && .venv/bin/orl files content get "$OUTPUT_ID" -o "$OUT/results.jsonl" >/dev/null
-[ -n "$ERROR_ID" ] && .venv/bin/orl files content get "$ERROR_ID" -o "$OUT/errors.jsonl" >/dev/null
-echo "demo: results in $OUT/results.jsonl${ERROR_ID:+, errors in $OUT/errors.jsonl}" >&2
-.venv/bin/python - "$OUT/results.jsonl" <<'PY'
-import json, sys
-for raw in open(sys.argv[1]):
-    line = json.loads(raw)
+field() { .venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]] or "")' "$1" "$2"; }
+
+# The three batches are created together; each model runs its own.
+declare -A BATCHES
+for job in chat:requests.jsonl:/v1/chat/completions embeddings:embeddings.jsonl:/v1/embeddings \
+           ocr:ocr.jsonl:/v1/chat/completions; do
+  IFS=: read -r name input endpoint <<<"$job"
+  mkdir -p "$OUT/$name"
+  .venv/bin/orl batches create --input-file "examples/$input" --endpoint "$endpoint" --metadata "job=demo-$name" \
+    --rejections-out "$OUT/$name/rejections.jsonl" >"$OUT/$name/batch.json"
+  BATCHES[$name]=$(field "$OUT/$name/batch.json" id)
+done
+for name in chat embeddings ocr; do
+  .venv/bin/orl batches wait "${BATCHES[$name]}" >"$OUT/$name/batch.json"
+  OUTPUT_ID=$(field "$OUT/$name/batch.json" output_file_id)
+  ERROR_ID=$(field "$OUT/$name/batch.json" error_file_id)
+  [ -n "$OUTPUT_ID" ] && .venv/bin/orl files content get "$OUTPUT_ID" -o "$OUT/$name/results.jsonl" >/dev/null
+  [ -n "$ERROR_ID" ] && .venv/bin/orl files content get "$ERROR_ID" -o "$OUT/$name/errors.jsonl" >/dev/null
+done
+.venv/bin/python - "$OUT" <<'PY'
+import json, math, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+def lines(name):
+    path = out / name / "results.jsonl"
+    return [json.loads(raw) for raw in path.open()] if path.exists() else []
+
+for name in ("chat", "embeddings", "ocr"):
+    b = json.loads((out / name / "batch.json").read_text())
+    print(f"{name}: {b['id']} {b['status']}, {b['request_counts']}, usage {b['usage']}", file=sys.stderr)
+for line in lines("chat"):
     answer = line["response"]["body"]["choices"][0]["message"]["content"]
     print(f"  {line['custom_id']}: {answer[:100]!r}", file=sys.stderr)
+vectors = {l["custom_id"]: l["response"]["body"]["data"][0]["embedding"] for l in lines("embeddings")}
+names = sorted(vectors)
+for i, a in enumerate(names):
+    for b in names[i + 1:]:
+        cos = sum(x * y for x, y in zip(vectors[a], vectors[b])) / math.prod(
+            math.sqrt(sum(x * x for x in vectors[n])) for n in (a, b))
+        print(f"  cosine {a} ~ {b}: {cos:.3f}", file=sys.stderr)
+for line in lines("ocr"):
+    text = line["response"]["body"]["choices"][0]["message"]["content"]
+    print(f"  {line['custom_id']} read:\n    " + text.replace("\n", "\n    "), file=sys.stderr)
+print(f"demo: results in {out}/chat, {out}/embeddings and {out}/ocr (results.jsonl, batch.json)", file=sys.stderr)
 PY
