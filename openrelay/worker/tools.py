@@ -22,17 +22,14 @@ a tool result is cut at ``max_output_bytes``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import ipaddress
 import logging
-import socket
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
-import httpcore2
 import httpx2
 import orjson
 from mcp import Client
@@ -41,7 +38,8 @@ from mcp_types import CallToolResult, Tool
 
 from ..catalog import Catalog, ToolLimits
 from ..engines.base import EngineReply
-from ..validation.tool_config import DEFAULT_MAX_ROUNDS, blocked_address
+from ..validation.tool_config import DEFAULT_MAX_ROUNDS
+from .tool_http import BlockedAddress, checked_client
 
 __all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop", "tool_config_of"]
 
@@ -87,19 +85,22 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
     # loop's own exceptions (ours, or the worker's from call_model) leave here as they were raised; a failure
     # inside a session's background tasks becomes the record's tool_server_unavailable.
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            routes: dict[str, Client] = {}
-            offered: list[dict[str, Any]] = []
-            for server in config["servers"]:
-                client = await _connect(stack, server, catalog, budget)
-                for tool in await _list_tools(client, server, budget):
-                    if tool.name not in own_names and tool.name not in routes:  # the record's own tools win
-                        routes[tool.name] = client
-                        offered.append(_as_function(tool))
-            request = {**body, "tools": [*own_tools, *offered]} if offered else body
-            return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call, budget)
+        with budget.setup_scope:
+            async with contextlib.AsyncExitStack() as stack:
+                routes: dict[str, Client] = {}
+                offered: list[dict[str, Any]] = []
+                for server in config["servers"]:
+                    client = await _connect(stack, server, catalog, budget)
+                    for tool in await _list_tools(client, server, budget):
+                        if tool.name not in own_names and tool.name not in routes:  # the record's own tools win
+                            routes[tool.name] = client
+                            offered.append(_as_function(tool))
+                request = {**body, "tools": [*own_tools, *offered]} if offered else body
+                return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call, budget)
     except BaseExceptionGroup as group:
         raise _unwrapped(group, model_errors) from None
+    budget.next_timeout()  # here only when a setup step ran out of time: the record's, or else the step's own
+    raise ToolLoopFailed("tool_server_unavailable", f"{budget.step} timed out")
 
 
 async def _loop(request: dict[str, Any], routes: dict[str, Client], max_rounds: int, call_model: ModelCall,
@@ -142,11 +143,17 @@ def _final(reply: EngineReply, rounds: int, usage: dict[str, Any]) -> EngineRepl
 
 
 class _Budget:
-    """The record's tool-server time: each operation gets the per-call timeout or what is left, if less."""
+    """The record's tool-server time: each operation gets the per-call timeout or what is left, if less.
+
+    A tool call is timed by a cancel scope of its own (``run``). Connecting and listing are timed by
+    ``setup_scope``, which encloses the sessions' whole life: a session is entered in one step and left at the
+    end of the record, and a cancel scope must enclose both. Its deadline is set only while a step runs."""
 
     def __init__(self, limits: ToolLimits) -> None:
         self.limits = limits
         self.left = limits.record_timeout_seconds
+        self.setup_scope = anyio.CancelScope()
+        self.step = ""
 
     def next_timeout(self) -> float:
         if self.left <= 0:
@@ -164,92 +171,55 @@ class _Budget:
         finally:
             self.left -= time.monotonic() - started
 
+    @contextlib.contextmanager
+    def setting_up(self, step: str) -> Iterator[None]:
+        """One step of connecting or listing; past its limit ``setup_scope`` ends the whole loop."""
+        self.step = step
+        self.setup_scope.deadline = anyio.current_time() + self.next_timeout()
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.setup_scope.deadline = math.inf
+            self.left -= time.monotonic() - started
+
 
 async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], catalog: Catalog,
                    budget: _Budget) -> Client:
     url = server["url"]
     if not catalog.tool_url_allowed(url):
         raise ToolLoopFailed("tool_server_not_allowed", f"tool server {url} is not allowed by the operator")
-    timeout = budget.next_timeout()
-    http = await stack.enter_async_context(httpx2.AsyncClient(
-        headers=server.get("headers") or {}, timeout=httpx2.Timeout(timeout), transport=_CheckedTransport(),
-        trust_env=False))  # no proxy from the environment: the address checked must be the one connected to
-    client = Client(streamable_http_client(url, http_client=http), read_timeout_seconds=timeout)
-    started = time.monotonic()
-    try:
-        # Not under budget.run: the session outlives this call, and a cancel scope cannot end before it.
-        # The HTTP client's and the session's timeouts bound the handshake instead.
-        await stack.enter_async_context(client)
-    except Exception as exc:
-        blocked = _found(exc, BlockedAddress)
-        if blocked is not None:
-            raise ToolLoopFailed("tool_server_not_allowed",
-                                 f"tool server {url} {blocked}; it is never contacted") from None
-        raise ToolLoopFailed("tool_server_unavailable", f"tool server {url}: {_describe(exc)}") from None
-    finally:
-        budget.left -= time.monotonic() - started
+    # No HTTP read timeout: it would fire inside the SDK's background tasks and tear the session down; our
+    # cancel scopes time every wait instead.
+    timeout = httpx2.Timeout(budget.limits.call_timeout_seconds, read=None)
+    http = await stack.enter_async_context(checked_client(server.get("headers") or {}, timeout))
+    client = Client(streamable_http_client(url, http_client=http))
+    with budget.setting_up(f"tool server {url}: connecting"):
+        try:
+            await stack.enter_async_context(client)
+        except Exception as exc:
+            blocked = _found(exc, BlockedAddress)
+            if blocked is not None:
+                raise ToolLoopFailed("tool_server_not_allowed",
+                                     f"tool server {url} {blocked}; it is never contacted") from None
+            raise ToolLoopFailed("tool_server_unavailable", f"tool server {url}: {_describe(exc)}") from None
     return client
-
-
-class BlockedAddress(OSError):
-    """A tool server's host resolved to a link-local or metadata address."""
-
-
-class _CheckedBackend(httpcore2.AsyncNetworkBackend):
-    """Resolves each host itself, refuses it if any of its addresses is blocked, and connects to an address it
-    checked: a name cannot resolve to a harmless address for a check and to a blocked one for the connection."""
-
-    def __init__(self) -> None:
-        self._inner = httpcore2.AnyIOBackend()
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                          socket_options: Any = None) -> httpcore2.AsyncNetworkStream:
-        with anyio.fail_after(timeout):
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-        for address in addresses:
-            if blocked_address(address):
-                raise BlockedAddress(f"resolves to {address}, a link-local or metadata address")
-        failure: Exception = OSError(f"{host} resolves to no address")
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(str(address), port, timeout=timeout,
-                                                     local_address=local_address, socket_options=socket_options)
-            except httpcore2.ConnectError as exc:
-                failure = exc
-        raise failure
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-class _CheckedTransport(httpx2.AsyncHTTPTransport):
-    """httpx2's own transport, its connection pool on ``_CheckedBackend`` (the pool is the one place httpx2
-    lets a network backend in; ``_pool`` is its name in the pinned httpx2 version)."""
-
-    def __init__(self) -> None:
-        super().__init__(trust_env=False)
-        self._pool = httpcore2.AsyncConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
-                                                   network_backend=_CheckedBackend())
 
 
 async def _list_tools(client: Client, server: dict[str, Any], budget: _Budget) -> list[Tool]:
     tools: list[Tool] = []
     cursor: str | None = None
-    try:
-        for _ in range(_LIST_PAGES):
-            page = await budget.run(client.list_tools(cursor=cursor))
-            tools += page.tools
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-    except TimeoutError:
-        budget.next_timeout()
-        raise ToolLoopFailed("tool_server_unavailable",
-                             f"tool server {server['url']}: listing its tools timed out") from None
-    except Exception as exc:
-        raise ToolLoopFailed("tool_server_unavailable",
-                             f"tool server {server['url']}: listing its tools failed: {_describe(exc)}") from None
+    with budget.setting_up(f"tool server {server['url']}: listing its tools"):
+        try:
+            for _ in range(_LIST_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                tools += page.tools
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except Exception as exc:
+            raise ToolLoopFailed("tool_server_unavailable",
+                                 f"tool server {server['url']}: listing its tools failed: {_describe(exc)}") from None
     allowed = server.get("allowed_tools")
     return [tool for tool in tools if allowed is None or tool.name in allowed]
 
@@ -341,6 +311,9 @@ def _unwrapped(group: BaseExceptionGroup, model_errors: list[BaseException]) -> 
         found = next((leaf for leaf in leaves if wanted(leaf)), None)
         if found is not None:
             return found
+    blocked = _found(group, BlockedAddress)  # a later connection of a session whose host now resolves elsewhere
+    if blocked is not None:
+        return ToolLoopFailed("tool_server_not_allowed", f"a tool server {blocked}; it is never contacted")
     return ToolLoopFailed("tool_server_unavailable", f"a tool server connection failed: {_describe(leaves[0])}")
 
 
