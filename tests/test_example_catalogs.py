@@ -1,0 +1,47 @@
+"""Every catalog in examples/catalogs/ loads with our loader, offers the seeds' three models, builds its engines,
+and is what `orl serve --catalog` lists: the examples cannot rot unnoticed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openrelay.catalog import load_catalog
+from openrelay.engines.factory import build_engine
+from openrelay.engines.openai_http import OpenAIEngine
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "catalogs").glob("*.toml"))
+SEED_MODELS = {
+    "openrelay/gemma-4-31b": "/v1/chat/completions",
+    "openrelay/bge-m3": "/v1/embeddings",
+    "openrelay/deepseek-ocr-2": "/v1/chat/completions",
+}
+# What docs/engines.md documents for kind "openai"; a misspelt key in an example would be silently ignored.
+ENGINE_KEYS = {"kind", "base_url", "served_model", "api_key_env", "timeout_seconds", "connect_timeout_seconds",
+               "legacy_max_tokens"}
+
+
+def test_every_engine_has_an_example():
+    assert [p.name for p in EXAMPLES] == ["llamacpp.toml", "ollama.toml", "sglang.toml", "vllm.toml"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_catalog_offers_the_seed_models(path: Path):
+    catalog = load_catalog(path)
+    assert catalog.names() == sorted(SEED_MODELS)
+    for name, endpoint in SEED_MODELS.items():
+        spec = catalog.models[name]
+        assert endpoint in spec.endpoints
+        assert spec.engine["kind"] == "openai" and set(spec.engine) <= ENGINE_KEYS
+        assert spec.engine["served_model"] and spec.engine["base_url"].endswith("/v1")
+        assert spec.input_usd_per_mtok > 0
+        assert isinstance(build_engine(spec), OpenAIEngine)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_orl_serve_lists_the_example_catalog(make_server, path: Path):
+    server = make_server(catalog=path.read_text())
+    models = server.http("GET", "/models").json()["data"]
+    assert {m["id"]: m["endpoints"] for m in models} == {
+        name: list(load_catalog(path).models[name].endpoints) for name in SEED_MODELS}
