@@ -39,6 +39,7 @@ class Settings:
     idempotency_claim_seconds: float = 300.0  # a claim this old with no answer is a dead create's: take it over
     outage_base_seconds: float = 1.0  # first wait before probing an engine judged down; doubles, capped below
     outage_max_seconds: float = 30.0
+    sick_engine_seconds: float = 900.0  # how long a record waits for an engine that answers probes but fails calls
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
@@ -64,6 +65,7 @@ class Settings:
             idempotency_claim_seconds=_env_float("OPENRELAY_IDEMPOTENCY_CLAIM_SECONDS", 300.0),
             outage_base_seconds=_env_float("OPENRELAY_OUTAGE_BASE_SECONDS", 1.0),
             outage_max_seconds=_env_float("OPENRELAY_OUTAGE_MAX_SECONDS", 30.0),
+            sick_engine_seconds=_env_float("OPENRELAY_SICK_ENGINE_SECONDS", 900.0),
         )
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 from prometheus_client import REGISTRY, Counter, Gauge
@@ -10,6 +11,8 @@ from prometheus_client.registry import Collector
 
 __all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT",
            "register_queue_depths"]
+
+log = logging.getLogger("openrelay")
 
 RECORDS = Counter("openrelay_records_total", "Records settled by this process's workers (made durable).",
                   ["model", "outcome"])
@@ -34,7 +37,12 @@ class _QueueDepths(Collector):
                                    labels=["model"])
         running = GaugeMetricFamily("openrelay_batches_in_progress", "Batches started and not yet finalizing, "
                                     "per model, across all workers.", labels=["model"])
-        for model, (waiting, started) in sorted(self.depths().items()):
+        try:
+            depths = self.depths()
+        except Exception:  # the store is unreachable: the process's own metrics still get served
+            log.exception("metrics: reading queue depths failed")
+            depths = {}
+        for model, (waiting, started) in sorted(depths.items()):
             queued.add_metric([model], waiting)
             running.add_metric([model], started)
         yield queued

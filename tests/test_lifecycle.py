@@ -200,3 +200,34 @@ def test_kill_9_keeps_queue_places_never_interrupts_and_bills_each_record_once(m
         ids = [json.loads(line)["custom_id"] for line in content.splitlines()]
         assert len(ids) == len(set(ids)) == batch["request_counts"]["total"]
     assert _key_show(server, key_id)["spent_nano_usd"] == sum(b["usage"]["cost_nano_usd"] for b in done.values())
+
+
+def test_cancel_lets_a_record_in_its_retries_finish(make_server, engine):
+    server = make_server(concurrency=1, env={"OPENRELAY_RETRY_BASE_SECONDS": "0.6"})
+    batch = create(server, [chat("first", "retried #fail_times=2")] + [chat(f"n{i}", f"not started {i}")
+                                                                        for i in range(3)])
+    wait_for(lambda: any("retried" in prompt_text(r) for r in engine.requests()), "the first attempt")
+    assert server.http("POST", f"/batches/{batch['id']}/cancel").json()["status"] == "cancelling"
+    done = server.wait(batch["id"])
+    assert done["status"] == "cancelled"
+    out, err = results(server, done)
+    assert sorted(out) == ["first"]  # it was running: it finished through its retries
+    assert sorted(err) == ["n0", "n1", "n2"] and {e["error"]["code"] for e in err.values()} == {"batch_cancelled"}
+    assert sum("retried" in prompt_text(r) for r in engine.requests()) == 3
+
+
+def test_a_failed_result_write_is_retried_and_loses_no_record(make_server, engine):
+    server = make_server(concurrency=2)
+    batch = create(server, [chat(f"w{i}", f"write me {i} #sleep=0.1") for i in range(12)])
+    # A file where the chunk directory should be: every chunk write fails until it is removed.
+    blocker = server.data_dir / "blobs" / "batches" / batch["id"] / "chunks"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("in the way")
+    wait_for(lambda: "writing results failed" in server.log(), "a failed chunk write")
+    blocker.unlink()
+    done = server.wait(batch["id"])
+    assert done["status"] == "completed"
+    assert done["request_counts"] == {"total": 12, "completed": 12, "failed": 0}
+    out, err = results(server, done)
+    assert sorted(out) == sorted(f"w{i}" for i in range(12)) and err == {}
+    assert done["usage"] == usage_of(out)

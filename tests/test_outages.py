@@ -101,3 +101,16 @@ def test_metrics_show_queued_and_in_flight_per_model(make_server, engine):
         assert server.wait(batch_id)["status"] == "completed"
     assert _metric(server, "openrelay_engine_requests_in_flight") == 0
     assert _metric(server, "openrelay_batches_queued") is None
+
+
+def test_engine_that_passes_probes_but_fails_every_call_is_waited_for_only_so_long(make_server, engine):
+    server = make_server(concurrency=2, env={**FAST, "OPENRELAY_SICK_ENGINE_SECONDS": "2"})
+    engine.mode(status=500)
+    batch = server.wait(create(server, [chat(f"s{i}", f"never served {i}") for i in range(4)])["id"])
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": 4, "completed": 0, "failed": 4}
+    out, err = results(server, batch)
+    assert out == {} and {line["error"]["status_code"] for line in err.values()} == {500}
+    assert "fails every call" in server.log()
+    # More than the attempts alone: the records waited through pauses before giving up.
+    assert len(engine.requests()) > 4 * 3

@@ -140,9 +140,15 @@ def _nano_usd(usd: str) -> int:
         value = Decimal(usd)
     except ArithmeticError:
         raise typer.BadParameter(f"not an amount in USD: {usd!r}") from None
-    if not value.is_finite() or value < 0:
-        raise typer.BadParameter(f"a budget is a non-negative amount in USD, not {usd!r}")
-    return int(value * 10**9)
+    if not value.is_finite() or value < 0 or value > _MAX_BUDGET_USD:
+        raise typer.BadParameter(f"a budget is an amount from 0 to {_MAX_BUDGET_USD:,} USD, not {usd!r}")
+    nano = value * 10**9
+    if nano != nano.to_integral_value():
+        raise typer.BadParameter(f"a budget is counted in whole nano-USD (9 decimals at most), not {usd!r}")
+    return int(nano)
+
+
+_MAX_BUDGET_USD = 10**9  # 10^18 nano-USD: fits the store's 64-bit integers with room for spend to pass it
 
 
 @key_app.command("list")

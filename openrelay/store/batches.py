@@ -134,8 +134,10 @@ class Batches:
             return conn.execute(batches.update().where(batches.c.status == BatchStatus.VALIDATING.value)
                                 .values(status=BatchStatus.IN_PROGRESS.value)).rowcount
 
-    def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float) -> Batch | None:
-        """Lease the next batch this worker should act on, or None.
+    def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
+              busy: frozenset[str] = frozenset()) -> Batch | None:
+        """Lease the next batch this worker should act on, or None. ``busy``: batches this worker is acting on
+        already; even if their lease lapsed (a stalled heartbeat), it must not start a second run of one.
 
         First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
         cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
@@ -146,7 +148,7 @@ class Batches:
         models = list(slots)
         with self.db.write() as conn:
             row = conn.execute(sa.select(batches.c.id).where(
-                batches.c.status.in_(LIVE), free,
+                batches.c.status.in_(LIVE), free, batches.c.id.not_in(busy),
                 sa.or_(batches.c.started.is_(True), batches.c.status != BatchStatus.IN_PROGRESS.value,
                        batches.c.expires_at <= int(clock), batches.c.model.not_in(models)),
             ).order_by(batches.c.created_ns).limit(1)).first()

@@ -61,7 +61,12 @@ class Results:
                       output_tokens=r.output_tokens, cost_nano_usd=r.cost_nano_usd) for r in rows]
 
     def commit_chunk(self, batch_id: str, worker_id: str, key_id: str, chunk: Chunk) -> None:
+        """Idempotent per (batch, seq): a retry of a chunk whose commit did land (the answer was lost) adds
+        nothing again."""
         with self.db.write() as conn:
+            if conn.execute(sa.select(batch_chunks.c.seq).where(batch_chunks.c.batch_id == batch_id,
+                                                                batch_chunks.c.seq == chunk.seq)).first():
+                return
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.lease_owner == worker_id,
             ).values(

@@ -6,7 +6,9 @@ started while other records failed too (an engine answering 5xx or 429 to everyt
 every lane of the model waits at it, nothing is sent, and no record uses up attempts. It probes again after a
 backoff that doubles up to a cap and opens when the probe passes; any answer that is not a failure resets the
 backoff. A record fails with its engine's error only when the engine is otherwise answering, so one broken
-record cannot pause a model, and an outage cannot burn a batch: what it costs is time in the window.
+record cannot pause a model, and an outage cannot burn a batch: what it costs is time in the window. One limit:
+an engine that passes its probe yet fails every call ("sick") is waited for at most ``sick_engine_seconds`` per
+record, since that is also what records it can never serve look like (a model that fails to load, say).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Literal
 
 from ..config import Settings
 from ..engines.base import Engine, EngineReply
 from ..metrics import ENGINE_IN_FLIGHT, ENGINE_UP
 
-__all__ = ["EngineGate"]
+__all__ = ["EngineGate", "Outage"]
+
+Outage = Literal["down", "sick"]
 
 log = logging.getLogger("openrelay.worker")
 
@@ -35,6 +40,7 @@ class EngineGate:
         self._open.set()
         self._backoff = settings.outage_base_seconds
         self._prober: asyncio.Task[None] | None = None
+        self._reason: Outage = "down"
         self._in_flight = ENGINE_IN_FLIGHT.labels(model)  # looked up once: this is on every request's path
         ENGINE_UP.labels(model).set(1)
 
@@ -63,20 +69,25 @@ class EngineGate:
         self.answered += 1
         self._backoff = self.settings.outage_base_seconds
 
-    async def is_outage(self, answered_before: int) -> bool:
-        """A record ran out of attempts: is the engine down (close the gate) or is the record at fault?"""
+    async def outage(self, answered_before: int) -> Outage | None:
+        """A record ran out of attempts: is the engine down (close the gate; "down" when its probe fails,
+        "sick" when it passes but every call fails), or is the record at fault (None)?"""
         if not self._open.is_set():
-            return True
-        down = not await self.engine.healthy()
-        if down or (self.answered == answered_before and self.failing >= 2):
-            self._close("its health probe failed" if down else "every recent call failed")
-            return True
-        return False
+            return self._reason
+        if not await self.engine.healthy():
+            self._close("down")
+        elif self.answered == answered_before and self.failing >= 2:
+            self._close("sick")
+        else:
+            return None
+        return self._reason
 
-    def _close(self, why: str) -> None:
+    def _close(self, reason: Outage) -> None:
         if not self._open.is_set():
             return
+        why = "its health probe failed" if reason == "down" else "it fails every call"
         log.warning("engine of %s looks down (%s): pausing its dispatch", self.model, why)
+        self._reason = reason
         self._open.clear()
         ENGINE_UP.labels(self.model).set(0)
         self._prober = asyncio.create_task(self._probe_until_up())

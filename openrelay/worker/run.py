@@ -58,6 +58,7 @@ class BatchRun:
         self.price = spec.price(rt.catalog.factor(batch.priority))
         self.settings = rt.settings
         self._pending = _Pending()
+        self._unwritten: tuple[int, _Pending] | None = None  # a chunk whose write failed, retried as is
         self._flush_lock = asyncio.Lock()
         self._seq = 0
         self._cancel = False
@@ -167,6 +168,7 @@ class BatchRun:
         attempt = 0
         answered_before = self.gate.answered
         failing = False
+        sick_since: float | None = None
         try:
             while True:
                 await self._wait_for_engine()
@@ -184,8 +186,15 @@ class BatchRun:
                     self.gate.failing += 1
                 attempt += 1
                 if attempt >= self.settings.retry_attempts:
-                    if not await self.gate.is_outage(answered_before):
+                    outage = await self.gate.outage(answered_before)
+                    if outage is None:
                         return reply
+                    if outage == "sick":
+                        # The engine answers its probe but fails every call. That may be an outage of minutes,
+                        # or records it can never serve: wait through it only so long.
+                        sick_since = sick_since if sick_since is not None else time.monotonic()
+                        if time.monotonic() - sick_since >= self.settings.sick_engine_seconds:
+                            return reply
                     attempt, answered_before = 0, self.gate.answered
                     continue
                 ENGINE_RETRIES.labels(self.spec.name).inc()
@@ -196,21 +205,32 @@ class BatchRun:
                 self.gate.failing -= 1
 
     async def _wait_for_engine(self) -> None:
-        """Return once the model's engine may be called; while it is down, watch for the batch stopping."""
-        while not self.gate.is_open or self._stopping:
-            if self._stopping or time.time() >= self.batch.expires_at:
+        """Return once the model's engine may be called. A started record finishes through a cancel (its retries
+        and tool turns included) unless the engine is down; then cancel and expiry stop it unanswered."""
+        while True:
+            if self._lost:
+                raise _Stopped
+            if self.gate.is_open:
+                return
+            if self._cancel or time.time() >= self.batch.expires_at:
                 raise _Stopped
             await self.gate.wait_open(min(self.settings.tick_seconds, self.batch.expires_at - time.time()))
 
     # -- durability and liveness -----------------------------------------------------------------------------
 
     async def _flush(self) -> None:
+        """Make the finished records durable as the next chunk. If the write fails, the same chunk (same seq,
+        same lines) is written again by the next flush, so no record is dropped or committed twice."""
         async with self._flush_lock:
-            pending, self._pending = self._pending, _Pending()
-            if not pending.lines:
-                return
-            self._seq += 1
-            await asyncio.to_thread(self._write_chunk, self._seq, pending)
+            if self._unwritten is None:
+                pending, self._pending = self._pending, _Pending()
+                if not pending.lines:
+                    return
+                self._seq += 1
+                self._unwritten = (self._seq, pending)
+            seq, pending = self._unwritten
+            await asyncio.to_thread(self._write_chunk, seq, pending)
+            self._unwritten = None
 
     def _write_chunk(self, seq: int, pending: _Pending) -> None:
         out_key = err_key = None
@@ -235,19 +255,28 @@ class BatchRun:
             except LeaseLost:
                 self._lost = True
                 return
+            except Exception:  # a store or disk hiccup: the chunk stays pending and is written next time
+                log.exception("batch %s: writing results failed; retrying", self.batch.id)
 
     async def _heartbeat(self) -> None:
-        """Watch for cancel every tick (a read); renew the lease every third of its length (a write)."""
+        """Watch for cancel every tick (a read); renew the lease every third of its length (a write). A store
+        error is retried next tick; once the lease may have lapsed unrenewed, the run gives the batch up."""
         renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.tick_seconds)
-            if time.monotonic() - renewed >= self.settings.lease_seconds / 3:
-                current = await asyncio.to_thread(self.rt.batches.renew_lease, self.batch.id, self.worker_id,
-                                                  self.settings.lease_seconds)
-                renewed = time.monotonic()
-            else:
-                current = await asyncio.to_thread(self.rt.batches.by_id, self.batch.id)
-                current = current if current.lease_owner == self.worker_id else None
+            try:
+                if time.monotonic() - renewed >= self.settings.lease_seconds / 3:
+                    current = await asyncio.to_thread(self.rt.batches.renew_lease, self.batch.id, self.worker_id,
+                                                      self.settings.lease_seconds)
+                    renewed = time.monotonic()
+                else:
+                    current = await asyncio.to_thread(self.rt.batches.by_id, self.batch.id)
+                    current = current if current.lease_owner == self.worker_id else None
+            except Exception:
+                log.exception("batch %s: heartbeat failed", self.batch.id)
+                if time.monotonic() - renewed < self.settings.lease_seconds:
+                    continue
+                current = None
             if current is None:
                 self._lost = True
                 return

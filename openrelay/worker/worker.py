@@ -57,7 +57,7 @@ class Worker:
         await asyncio.to_thread(self.rt.batches.promote_validated)
         while len(self._active) < self.capacity and self.slots:
             batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
-                                            self.rt.settings.lease_seconds)
+                                            self.rt.settings.lease_seconds, frozenset(self._active))
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
