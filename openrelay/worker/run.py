@@ -27,7 +27,6 @@ from .finalize import settle_batch
 from .gate import EngineGate
 from .inputs import chunk_key, pending_records, read_rejections
 from .lines import engine_error_line, error_line, output_line
-from .tools import ToolLoopFailed, run_tool_loop, tool_config_of
 
 __all__ = ["BatchRun"]
 
@@ -46,6 +45,15 @@ class _Pending:
 
 class _Stopped(Exception):
     """A record left unfinished because its batch stops: cancelled, out of its window, or its lease lost."""
+
+
+class _RecordFailed(Exception):
+    """A record that ends with an error line of its own code (its tool loop failed), not an engine's answer."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class BatchRun:
@@ -137,7 +145,7 @@ class BatchRun:
         custom_id = record["custom_id"]
         try:
             reply = await self._answer(record["body"])
-        except ToolLoopFailed as exc:
+        except _RecordFailed as exc:
             self._pending.err.append(error_line(custom_id, code=exc.code, message=exc.message))
         else:
             if 200 <= reply.status_code < 300:
@@ -155,10 +163,17 @@ class BatchRun:
 
     async def _answer(self, body: dict[str, Any]) -> EngineReply:
         """The record's final reply: one model call, or a tool loop of them (usage summed over its turns)."""
-        tool_config = tool_config_of(body)
+        ext = body.get("openrelay")
+        tool_config = ext.get("tool_config") if isinstance(ext, dict) else None
         if tool_config is None:
             return await self._call_with_retries(_engine_body(body))
-        return await run_tool_loop(_engine_body(body), tool_config, self._call_with_retries, self.rt.catalog)
+        # Imported here: the MCP SDK takes half a second to load, and only records that call tools need it.
+        from .tools import ToolLoopFailed, run_tool_loop
+
+        try:
+            return await run_tool_loop(_engine_body(body), tool_config, self._call_with_retries, self.rt.catalog)
+        except ToolLoopFailed as exc:
+            raise _RecordFailed(exc.code, exc.message) from exc
 
     async def _call_with_retries(self, body: dict[str, Any]) -> EngineReply:
         """The engine's final answer to one request. 408/429/5xx and no answer are retried with backoff; when
