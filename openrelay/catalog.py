@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import InvalidRequest
 
@@ -73,13 +75,45 @@ class Catalog:
         return self.pricing[priority]
 
     def tool_url_allowed(self, url: str) -> bool:
-        return any(url.startswith(prefix) for prefix in self.tools_allow)
+        """Whether an allow entry covers ``url``: the same scheme, host and port, and the entry's path or a path
+        under it (``/mcp`` covers ``/mcp`` and ``/mcp/x``, not ``/mcpx``; ``/`` covers every path).
+
+        Compared parsed, not as strings: as a string prefix ``https://tools.example.com`` would also admit
+        ``https://tools.example.com.evil.net/`` and ``https://tools.example.com:1@evil.net/``. A URL with
+        userinfo, or with characters that URL parsers read differently (backslashes, spaces, controls, non-ASCII),
+        is allowed by no entry."""
+        target = _url_origin_path(url)
+        return target is not None and any(
+            entry is not None and target[0] == entry[0] and _under(target[1], entry[1])
+            for entry in map(_url_origin_path, self.tools_allow))
 
     def as_api(self) -> dict[str, Any]:
         return {"object": "list", "data": [
             {"id": m.name, "object": "model", "endpoints": list(m.endpoints), "owned_by": "openrelay"}
             for m in sorted(self.models.values(), key=lambda m: m.name)
         ]}
+
+
+@functools.lru_cache(maxsize=1024)  # a create checks every record's servers against every entry
+def _url_origin_path(url: str) -> tuple[tuple[str, str, int], str] | None:
+    """``((scheme, host, port), path)`` of an http(s) URL, the host lower-cased and the port made explicit; None
+    for anything else, or for a URL that names userinfo or has characters outside printable ASCII or ``\\``."""
+    if not url.isascii() or not url.isprintable() or " " in url or "\\" in url:
+        return None
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return None
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    return (parts.scheme, parts.hostname, port), parts.path or "/"
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/")
 
 
 def _model(raw: dict[str, Any]) -> ModelSpec:
@@ -116,6 +150,9 @@ def parse_catalog(text: str) -> Catalog:
     pricing.update({k: Decimal(str(v)) for k, v in (raw.get("pricing") or {}).items()})
     models = [_model(m) for m in raw.get("models", [])]
     tools = raw.get("tools") or {}
+    for entry in tools.get("allow", ()):
+        if not isinstance(entry, str) or _url_origin_path(entry) is None:
+            raise InvalidRequest(f"catalog: [tools] allow entry {entry!r} is not an http(s) URL without userinfo")
     return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=tuple(tools.get("allow", ())),
                    tool_limits=_tool_limits(tools))
 

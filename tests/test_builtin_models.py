@@ -1,19 +1,26 @@
 """The built-in catalog's embeddings and OCR models end to end: real batches through MiniLM and RapidOCR on the CPU,
-driven the way users drive them (the openai SDK's file and batch flow, `orl models`)."""
+driven the way users drive them (the openai SDK's file and batch flow, `orl models`); and each built-in engine, in
+this process, answering on threads of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
 import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import openai
 import orjson
 from PIL import Image, ImageDraw, ImageFont
+
+from openrelay.catalog import load_catalog
+from openrelay.engines.factory import build_engine
 
 BUILTIN = ["openrelay/minilm-l6", "openrelay/rapidocr", "openrelay/smollm2-135m"]
 
@@ -132,8 +139,14 @@ def test_rapidocr_reads_rendered_images_line_by_line(make_server):
         return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
                 "body": {"model": "openrelay/rapidocr", "messages": [{"role": "user", "content": content}]}}
 
+    # 48 megapixels of white in a PNG of a few kilobytes: decoded as RGB it would take 144 MB.
+    huge = io.BytesIO()
+    Image.new("1", (8000, 6000), 1).save(huge, "PNG")
+    assert len(huge.getvalue()) < 100_000
+    huge_url = "data:image/png;base64," + base64.b64encode(huge.getvalue()).decode()
     batch, out, err = run_batch(client, [record("invoice", invoice), record("two", invoice, second),
-                                         record("web", "https://example.com/scan.png")], "/v1/chat/completions")
+                                         record("web", "https://example.com/scan.png"),
+                                         record("huge", second, huge_url)], "/v1/chat/completions")
     assert batch.status == "completed", server.log()[-2000:]
 
     body = out["invoice"]["response"]["body"]
@@ -152,3 +165,40 @@ def test_rapidocr_reads_rendered_images_line_by_line(make_server):
     assert err["web"]["error"]["status_code"] == 400
     assert "fetches nothing" in err["web"]["error"]["message"]
     assert "https://example.com/scan.png" in err["web"]["error"]["message"]
+    assert err["huge"]["error"]["status_code"] == 400
+    assert err["huge"]["error"]["message"] == ("image 2 is 8000x6000 pixels (48.0 megapixels); this model reads "
+                                               "images of at most 40 megapixels")
+
+
+def test_in_process_engines_run_on_threads_of_their_own():
+    """The worker renews leases and writes results on asyncio's default thread pool: with that pool busy, each
+    built-in model still answers, as it runs on a pool of its own."""
+    catalog = load_catalog(None)
+    requests = {
+        "openrelay/minilm-l6": ("/v1/embeddings", {"input": "A man is playing a guitar."}),
+        "openrelay/rapidocr": ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url([[(40, "Second page")]])}}]}]}),
+        "openrelay/smollm2-135m": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                            "max_tokens": 4}),
+    }
+
+    async def answers() -> dict[str, int]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(1))
+        released = threading.Event()
+        busy = loop.run_in_executor(None, released.wait)  # the default pool's one thread, taken
+        statuses: dict[str, int] = {}
+        try:
+            for name, (endpoint, body) in requests.items():
+                engine = build_engine(catalog.models[name])
+                try:  # the guard only ends a hang: without threads of its own the engine never answers
+                    reply = await asyncio.wait_for(engine.call(endpoint, {"model": name, **body}), 300)
+                finally:
+                    await engine.aclose()
+                statuses[name] = reply.status_code
+        finally:
+            released.set()
+            await busy
+        return statuses
+
+    assert asyncio.run(answers()) == dict.fromkeys(requests, 200)

@@ -45,14 +45,28 @@ DUPLICATE = "custom_id appears more than once"
 OFFERED = "offered: test/echo, test/embed"
 
 ALLOWED_TOOL = "http://127.0.0.1:9/mcp"
-# The operator allows the metadata addresses too, so only the link-local rule can refuse them.
-METADATA_CATALOG_ALLOW = f'allow = ["{ALLOWED_TOOL}", "http://169.254.169.254/", "http://[fd00:ec2::254]/"]'
+# The operator allows the metadata addresses too, so only the link-local rule can refuse them, an entry naming no
+# path (as a string prefix it would cover other hosts too) and one on the default port.
+BLOCKED_TOOLS = {"tc-metadata": "http://169.254.169.254/latest/meta-data", "tc-metadata-v6": "http://[fd00:ec2::254]/mcp",
+                 "tc-metadata-gcp-v6": "http://[fd20:ce::254]/mcp", "tc-metadata-alibaba": "http://100.100.100.200/mcp",
+                 "tc-nat64": "http://[64:ff9b::a9fe:a9fe]/mcp", "tc-6to4": "http://[2002:a9fe:a9fe::1]/mcp"}
+METADATA_CATALOG_ALLOW = "allow = [" + ", ".join(
+    f'"{url}"' for url in (ALLOWED_TOOL, *BLOCKED_TOOLS.values(), "https://tools.example.org", "http://127.0.0.1/tools")
+) + "]"
+BLOCKED = ("in", "points at a link-local or metadata address")
+NOT_ALLOWED = ("in", "is not allowed by the operator")
+USERINFO = ("in", "carries userinfo")
+RESERVED_HEADER = ("in", "is set by OpenRelay's MCP client and may not be given")
 
 ANY = object()  # the message is not fixed by the contract: any non-empty text
 
 
 def _tools(url: str = ALLOWED_TOOL, **config: Any) -> dict[str, Any]:
     return {"tool_config": {"servers": [{"url": url}], **config}}
+
+
+def _headers(**headers: str) -> dict[str, Any]:
+    return {"tool_config": {"servers": [{"url": ALLOWED_TOOL, "headers": headers}]}}
 
 
 def _stray_tool_config() -> dict[str, Any]:
@@ -102,10 +116,37 @@ def _cases() -> list[tuple[Any, str, str | None, Any]]:
         (chat("tc-rounds-17", openrelay=_tools(max_rounds=17)), "tc-rounds-17", "invalid_tool_config", ANY),
         (chat("tc-rounds-str", openrelay=_tools(max_rounds="8")), "tc-rounds-str", "invalid_tool_config", ANY),
         (chat("tc-rounds-float", openrelay=_tools(max_rounds=2.5)), "tc-rounds-float", "invalid_tool_config", ANY),
-        (chat("tc-metadata", openrelay=_tools("http://169.254.169.254/latest/meta-data")), "tc-metadata",
-         "invalid_tool_config", ANY),
-        (chat("tc-metadata-v6", openrelay=_tools("http://[fd00:ec2::254]/mcp")), "tc-metadata-v6",
-         "invalid_tool_config", ANY),
+        *((chat(cid, openrelay=_tools(url)), cid, "invalid_tool_config", BLOCKED)
+          for cid, url in BLOCKED_TOOLS.items()),
+        # Allow entries match by scheme, host, port and path, never as a string prefix.
+        (chat("tc-host-suffix", openrelay=_tools("https://tools.example.org.evil.net/mcp")), "tc-host-suffix",
+         "invalid_tool_config", NOT_ALLOWED),
+        (chat("tc-userinfo-port", openrelay=_tools("https://tools.example.org:1@evil.net/mcp")), "tc-userinfo-port",
+         "invalid_tool_config", USERINFO),
+        (chat("tc-userinfo", openrelay=_tools("https://me:pw@tools.example.org/mcp")), "tc-userinfo",
+         "invalid_tool_config", USERINFO),
+        (chat("tc-other-port", openrelay=_tools("https://tools.example.org:8443/mcp")), "tc-other-port",
+         "invalid_tool_config", NOT_ALLOWED),
+        (chat("tc-other-scheme", openrelay=_tools("http://tools.example.org/mcp")), "tc-other-scheme",
+         "invalid_tool_config", NOT_ALLOWED),
+        (chat("tc-path-sibling", openrelay=_tools("http://127.0.0.1/toolsx/mcp")), "tc-path-sibling",
+         "invalid_tool_config", NOT_ALLOWED),
+        (chat("tc-backslash", openrelay=_tools("https://tools.example.org\\.evil.net/mcp")), "tc-backslash",
+         "invalid_tool_config", NOT_ALLOWED),
+        (chat("tc-ok-default-port", openrelay=_tools("http://127.0.0.1:80/tools/mcp")), "tc-ok-default-port",
+         None, None),
+        # Header names are HTTP tokens, values visible ASCII; the client's own headers cannot be replaced.
+        (chat("tc-header-utf8", openrelay=_headers(Authorization="Bearer café")), "tc-header-utf8",
+         "invalid_tool_config", ("in", "visible ASCII")),
+        (chat("tc-header-crlf", openrelay=_headers(x_token="t\r\nHost: internal")), "tc-header-crlf",
+         "invalid_tool_config", ("in", "visible ASCII")),
+        (chat("tc-header-name", openrelay=_headers(**{"x token": "t"})), "tc-header-name", "invalid_tool_config",
+         ("in", "not a valid HTTP header name")),
+        *((chat(f"tc-header-{name}", openrelay=_headers(**{name: "x"})), f"tc-header-{name}", "invalid_tool_config",
+           RESERVED_HEADER) for name in ("Host", "content-length", "Transfer-Encoding", "Connection", "Content-Type",
+                                          "ACCEPT", "Mcp-Session-Id", "mcp-protocol-version")),
+        (chat("tc-ok-headers", openrelay=_headers(Authorization="Bearer t0k3n", **{"X-Api-Key": "a b\tc~!"})),
+         "tc-ok-headers", None, None),
         (chat("tc-ok-16", openrelay=_tools(max_rounds=16)), "tc-ok-16", None, None),
         (chat("tc-ok-1", openrelay={"tool_config": {"max_rounds": 1, "servers": [
             {"url": ALLOWED_TOOL, "headers": {"x-token": "t"}, "allowed_tools": ["search"]}]}}), "tc-ok-1", None, None),

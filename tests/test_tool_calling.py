@@ -41,6 +41,10 @@ class McpServer:
     def calls(self) -> list[dict[str, Any]]:
         return httpx.get(self.root + "/calls", timeout=10).json()
 
+    def deletes(self) -> list[dict[str, Any]]:
+        """The sessions clients closed (an MCP DELETE each), with their tokens."""
+        return httpx.get(self.root + "/deletes", timeout=10).json()
+
 
 def tool_catalog(engine_url: str, *allow: str, slots: int = 2, **limits: float) -> str:
     """The test catalog with its own ``[tools]`` table."""
@@ -254,6 +258,30 @@ def test_servers_that_may_not_or_cannot_be_reached_fail_the_record(make_server, 
     assert batch["usage"] == usage_of(out)
 
 
+def test_a_server_that_never_answers_the_closing_of_its_session_holds_no_record(make_server, engine_url, mcp):
+    # A handshake-era server gives each client a session, which the client closes with a DELETE; this one never
+    # answers the DELETEs marked x-stall-delete.
+    server = make_server(catalog=tool_catalog(engine_url, mcp.url, call_timeout_seconds=1, record_timeout_seconds=4))
+    stall = {"x-legacy-mcp": "1", "x-stall-delete": "1", "x-tool-token": "stall"}
+    batch = server.wait(create(server, [
+        tool_record("answered", 'a #call_tool=add:{"a":1,"b":2}', mcp.url, headers=stall),
+        tool_record("exceeded", 'x #call_tool=echo:{"text":"again"} #tool_rounds=100', mcp.url, headers=stall,
+                    max_rounds=1),
+        tool_record("polite", 'p #call_tool=add:{"a":2,"b":2}', mcp.url,
+                    headers={"x-legacy-mcp": "1", "x-tool-token": "polite"}),
+    ])["id"])
+    assert batch["status"] == "completed"
+    out, err = results(server, batch)
+    # The records end as their loops did: closing the sessions, cut short, changes nothing.
+    assert out["answered"]["response"]["body"]["choices"][0]["message"]["content"] == "tool results: sum=3"
+    assert out["polite"]["response"]["body"]["choices"][0]["message"]["content"] == "tool results: sum=4"
+    assert err["exceeded"]["error"] == {"code": "tool_rounds_exceeded",
+                                        "message": "the model still called tools after max_rounds (1) tool rounds"}
+    assert sorted((d["token"], d["stalled"]) for d in mcp.deletes()) == [
+        ("polite", False), ("stall", True), ("stall", True)]
+    assert batch["usage"] == usage_of(out)
+
+
 def test_the_allow_list_is_checked_again_when_the_record_runs(make_server, engine, engine_url, mcp):
     server = make_server(catalog=tool_catalog(engine_url, mcp.url, slots=1))
     blocker = create(server, [chat("blocker", "hold the only slot #sleep=2")])["id"]
@@ -297,13 +325,31 @@ def test_create_rejects_tool_configs_that_could_never_run(server):
         record["body"]["openrelay"] = {"tool_config": {"servers": [{"url": url}]}}
         return record
 
-    created = create(server, [with_tools("mapped", "http://[::ffff:169.254.169.254]/mcp"),
-                              with_tools("v6-link-local", "http://[fe80::1]/mcp"), chat("ok", "hi")])
+    blocked = ["http://[::ffff:169.254.169.254]/mcp", "http://[fe80::1]/mcp", "http://[fd20:ce::254]/mcp",
+               "http://100.100.100.200/mcp", "http://[64:ff9b::a9fe:a9fe]/mcp", "http://[2002:a9fe:a9fe::1]/mcp"]
+    created = create(server, [*(with_tools(f"blocked-{n}", url) for n, url in enumerate(blocked)), chat("ok", "hi")])
     assert created["rejected_records"] == [
-        {"line": 1, "custom_id": "mapped", "code": "invalid_tool_config", "message": "tool_config.servers[0]: url "
-         "http://[::ffff:169.254.169.254]/mcp points at a link-local or metadata address"},
-        {"line": 2, "custom_id": "v6-link-local", "code": "invalid_tool_config",
-         "message": "tool_config.servers[0]: url http://[fe80::1]/mcp points at a link-local or metadata address"},
+        {"line": n + 1, "custom_id": f"blocked-{n}", "code": "invalid_tool_config",
+         "message": f"tool_config.servers[0]: url {url} points at a link-local or metadata address"}
+        for n, url in enumerate(blocked)]
+
+    # The reviewer's header: it would have reached the worker, whose HTTP client cannot encode it.
+    cafe = with_tools("cafe", "http://127.0.0.1:9/mcp")
+    cafe["body"]["openrelay"]["tool_config"]["servers"][0]["headers"] = {"Authorization": "Bearer café"}
+    host = with_tools("host", "http://127.0.0.1:9/mcp")
+    host["body"]["openrelay"]["tool_config"]["servers"][0]["headers"] = {"host": "internal.example"}
+    created = create(server, [cafe, host, with_tools("userinfo", "http://me:pw@127.0.0.1:9/mcp"),
+                              with_tools("suffix", "http://127.0.0.1:9/mcp.evil"), chat("ok", "hi")])
+    assert created["rejected_records"] == [
+        {"line": 1, "custom_id": "cafe", "code": "invalid_tool_config", "message": "tool_config.servers[0]: the "
+         "value of header Authorization may hold only visible ASCII characters, spaces and tabs (encode anything "
+         "else, e.g. as base64 or percent-encoding)"},
+        {"line": 2, "custom_id": "host", "code": "invalid_tool_config",
+         "message": "tool_config.servers[0]: header host is set by OpenRelay's MCP client and may not be given"},
+        {"line": 3, "custom_id": "userinfo", "code": "invalid_tool_config", "message": "tool_config.servers[0]: "
+         "url carries userinfo (user:password@ before the host); send credentials in headers"},
+        {"line": 4, "custom_id": "suffix", "code": "invalid_tool_config",
+         "message": "tool_config.servers[0]: tool server http://127.0.0.1:9/mcp.evil is not allowed by the operator"},
     ]
     allowed = "http://127.0.0.1:9/mcp"  # the test catalog's allow-list: only the endpoint is wrong
     completions = [with_tools("text", allowed, "/v1/completions"),

@@ -1,7 +1,8 @@
 """``kind = "llama-cpp"``: a GGUF chat model run in-process on the CPU by llama.cpp.
 
 One llama.cpp context per concurrent request, each with one thread: on a small machine that beats one context
-oversubscribed by many threads. The weights are memory-mapped, so the contexts share them.
+oversubscribed by many threads. The weights are memory-mapped, so the contexts share them. The contexts run on the
+engine's own threads, one per context (``EngineThreads``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from .base import EngineReply, error_body
 from .packaged import packaged_file as resolve_gguf  # ``package:file.gguf``: a model shipped inside a package
+from .threads import EngineThreads
 
 __all__ = ["LlamaCppEngine", "resolve_gguf"]
 
@@ -28,6 +30,7 @@ class LlamaCppEngine:
         self.default_max_tokens = int(config.get("max_tokens", 256))
         self.model_name = model_name
         self._contexts = max(1, contexts)
+        self._threads = EngineThreads(self._contexts, model_name)
         self._idle: asyncio.Queue[Any] | None = None
         self._loading = asyncio.Lock()
 
@@ -36,7 +39,7 @@ class LlamaCppEngine:
             if self._idle is None:
                 idle: asyncio.Queue[Any] = asyncio.Queue()
                 for _ in range(self._contexts):
-                    idle.put_nowait(await asyncio.to_thread(self._load))
+                    idle.put_nowait(await self._threads.run(self._load))
                 self._idle = idle
         return self._idle
 
@@ -58,7 +61,7 @@ class LlamaCppEngine:
         pool = await self._pool()
         llama = await pool.get()
         try:
-            result = await asyncio.to_thread(llama.create_chat_completion, messages=messages, **kwargs)
+            result = await self._threads.run(llama.create_chat_completion, messages=messages, **kwargs)
         except (ValueError, TypeError, KeyError) as exc:
             return EngineReply(400, error_body(str(exc)))
         finally:
@@ -72,3 +75,4 @@ class LlamaCppEngine:
 
     async def aclose(self) -> None:
         self._idle = None
+        self._threads.close()

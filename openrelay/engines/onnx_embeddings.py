@@ -9,7 +9,8 @@ the special tokens it adds (``[CLS]``, ``[SEP]``), after that cut.
 
 One onnxruntime session per engine, loaded on the first call and run from several threads at once (onnxruntime
 allows concurrent runs on one session, so the weights are in memory once); each run uses one thread and at most
-``concurrency`` run at a time, so requests never oversubscribe the cores.
+``concurrency`` run at a time, on the engine's own threads (``EngineThreads``), so requests never oversubscribe the
+cores.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from .base import EngineReply, error_body
 from .packaged import packaged_file
+from .threads import EngineThreads
 
 __all__ = ["OnnxEmbeddingsEngine"]
 
@@ -75,14 +77,15 @@ class OnnxEmbeddingsEngine:
         self.max_input_tokens = int(config.get("max_input_tokens", 256))
         self.model_name = model_name
         self._running = asyncio.Semaphore(max(1, concurrency))
+        self._threads = EngineThreads(concurrency, model_name)
         self._model: _Model | None = None
         self._loading = asyncio.Lock()
 
     async def _loaded(self) -> _Model:
         async with self._loading:
             if self._model is None:
-                self._model = await asyncio.to_thread(_Model, str(packaged_file(self.onnx)),
-                                                      str(packaged_file(self.tokenizer)), self.max_input_tokens)
+                self._model = await self._threads.run(_Model, str(packaged_file(self.onnx)),
+                                                       str(packaged_file(self.tokenizer)), self.max_input_tokens)
         return self._model
 
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
@@ -101,7 +104,7 @@ class OnnxEmbeddingsEngine:
                 return EngineReply(400, error_body(f"{self.model_name} gives {model.dimensions} dimensions only, "
                                                    f"not {dimensions!r}"))
             async with self._running:
-                vectors, tokens = await asyncio.to_thread(model.embed, texts)
+                vectors, tokens = await self._threads.run(model.embed, texts)
         except Exception as exc:  # the engine's boundary: whatever breaks in onnxruntime is a 500 of this record
             return EngineReply(500, error_body(f"{self.model_name} failed: {exc.__class__.__name__}: {exc}",
                                                type_="server_error"))
@@ -114,6 +117,7 @@ class OnnxEmbeddingsEngine:
 
     async def aclose(self) -> None:
         self._model = None
+        self._threads.close()
 
 
 def _texts(raw: Any) -> list[str] | str:

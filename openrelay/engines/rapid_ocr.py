@@ -12,7 +12,10 @@ answer to that many tokens' worth of characters (``finish_reason: "length"``).
 
 One RapidOCR pipeline per engine, loaded on the first call and run from several threads at once (its onnxruntime
 sessions allow concurrent runs, so the models are in memory once); each run uses one thread and at most
-``concurrency`` run at a time.
+``concurrency`` run at a time, on the engine's own threads (``EngineThreads``). Everything that grows with an
+image's size runs there too: the base64 decoding and the pixels. An image over ``max_image_pixels`` (the engine's
+option, default ``MAX_IMAGE_PIXELS``) is refused from its header, before its pixels are decoded: a small PNG can
+name a picture of gigabytes.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ import uuid
 from typing import Any
 
 from .base import EngineReply, error_body
+from .threads import EngineThreads
 
-__all__ = ["IMAGE_TOKENS", "RapidOcrEngine", "text_tokens"]
+__all__ = ["IMAGE_TOKENS", "MAX_IMAGE_PIXELS", "RapidOcrEngine", "text_tokens"]
 
 IMAGE_TOKENS = 85  # what OpenAI bills a low-detail image, whatever its size
-_DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,(?P<data>.*)", re.DOTALL)
+# An A4 page scanned at 600 dpi is 35 megapixels. Decoded as RGB, 40 are 120 MB, and OCR holds a few copies.
+MAX_IMAGE_PIXELS = 40_000_000
+# What comes before the data: the data starts after the first comma (the parameters hold none).
+_DATA_URL_HEAD = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,")
 
 
 class _BadRequest(Exception):
@@ -54,14 +61,16 @@ def _load() -> Any:
 class RapidOcrEngine:
     def __init__(self, config: dict[str, Any], *, concurrency: int, model_name: str) -> None:
         self.model_name = model_name
+        self.max_image_pixels = int(config.get("max_image_pixels", MAX_IMAGE_PIXELS))
         self._running = asyncio.Semaphore(max(1, concurrency))
+        self._threads = EngineThreads(concurrency, model_name)
         self._ocr: Any = None
         self._loading = asyncio.Lock()
 
     async def _loaded(self) -> Any:
         async with self._loading:
             if self._ocr is None:
-                self._ocr = await asyncio.to_thread(_load)
+                self._ocr = await self._threads.run(_load)
         return self._ocr
 
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
@@ -74,7 +83,7 @@ class RapidOcrEngine:
         try:
             ocr = await self._loaded()
             async with self._running:
-                texts = [await asyncio.to_thread(_read, ocr, image, n) for n, image in enumerate(images, 1)]
+                texts = await self._threads.run(_read_all, ocr, images, self.max_image_pixels)
         except _BadRequest as exc:
             return EngineReply(400, error_body(str(exc)))
         except Exception as exc:  # the engine's boundary: whatever breaks in the OCR library is a 500 of this record
@@ -98,10 +107,12 @@ class RapidOcrEngine:
 
     async def aclose(self) -> None:
         self._ocr = None
+        self._threads.close()
 
 
-def _request(body: dict[str, Any]) -> tuple[list[bytes], str]:
-    """The image bytes of the last user message, in order, and the text of every message."""
+def _request(body: dict[str, Any]) -> tuple[list[str], str]:
+    """The image data URLs of the last user message, in order, checked up to their data, and the text of every
+    message. Cheap whatever the images' size: decoding them is left to the engine's threads."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise _BadRequest("messages must be a non-empty array of message objects")
@@ -117,35 +128,57 @@ def _request(body: dict[str, Any]) -> tuple[list[bytes], str]:
     if not parts:
         raise _BadRequest("the last user message carries no image_url part; this OCR model reads images sent as "
                           "base64 data URLs (data:image/png;base64,...)")
-    return [_image_bytes(part, n) for n, part in enumerate(parts, 1)], "".join(texts)
+    return [_data_url(part, n) for n, part in enumerate(parts, 1)], "".join(texts)
 
 
-def _image_bytes(part: dict[str, Any], n: int) -> bytes:
+def _data_url(part: dict[str, Any], n: int) -> str:
     image_url = part.get("image_url")
     url = image_url.get("url") if isinstance(image_url, dict) else None
     if not isinstance(url, str):
         raise _BadRequest(f"image {n}: image_url must be an object with a url")
-    match = _DATA_URL.fullmatch(url)
-    if match is None:
+    comma = url.find(",")
+    if comma < 0 or _DATA_URL_HEAD.fullmatch(url, 0, comma + 1) is None:
         shown = url[:60] + ("..." if len(url) > 60 else "")
         raise _BadRequest(f"image {n}: only base64 data URLs (data:image/png;base64,...) are read; this model "
                           f"fetches nothing, so {shown!r} cannot be used")
+    return url
+
+
+def _read_all(ocr: Any, urls: list[str], max_pixels: int) -> list[str]:
+    """The text of each image. Every image is opened, and its size checked, before any is read."""
+    images = [_open(url, n, max_pixels) for n, url in enumerate(urls, 1)]
+    return [_read(ocr, image, n) for n, image in enumerate(images, 1)]
+
+
+def _open(url: str, n: int, max_pixels: int) -> Any:
+    """The image of a data URL checked by ``_data_url``, opened: its header read, its pixels not yet decoded."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
-        return base64.b64decode(match["data"], validate=True)
+        data = base64.b64decode(url[url.index(",") + 1:], validate=True)
     except binascii.Error as exc:
         raise _BadRequest(f"image {n}: the data URL is not valid base64: {exc}") from exc
-
-
-def _read(ocr: Any, data: bytes, n: int) -> str:
-    """The text of one image, line by line."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
     try:
-        image = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
-        # Keep transparency (RapidOCR picks a contrasting background for it); everything else as plain RGB.
-        image = image.convert("RGBA" if image.has_transparency_data else "RGB")
+        image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
         raise _BadRequest(f"image {n} is not in an image format this model reads (PNG, JPEG, ...)") from exc
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise _BadRequest(f"image {n} cannot be decoded: {exc}") from exc
+    width, height = image.size
+    if width * height > max_pixels:
+        raise _BadRequest(f"image {n} is {width}x{height} pixels ({width * height / 1e6:.1f} megapixels); this model "
+                          f"reads images of at most {max_pixels / 1e6:g} megapixels")
+    return image
+
+
+def _read(ocr: Any, image: Any, n: int) -> str:
+    """The text of one opened image, line by line."""
+    from PIL import Image, ImageOps
+
+    try:
+        image = ImageOps.exif_transpose(image)
+        # Keep transparency (RapidOCR picks a contrasting background for it); everything else as plain RGB.
+        image = image.convert("RGBA" if image.has_transparency_data else "RGB")
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise _BadRequest(f"image {n} cannot be decoded: {exc}") from exc
     result = ocr(image)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,8 +16,20 @@ MAX_ROUNDS_LIMIT = 16
 _SERVER_KEYS = {"url", "headers", "allowed_tools"}
 TOOL_ENDPOINT = "/v1/chat/completions"  # the only endpoint whose models call tools
 # Link-local (IPv4 and IPv6) and the cloud metadata addresses: never a tool server, whatever the allow-list says.
-_BLOCKED_NETS = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"),
-                 ipaddress.ip_network("fd00:ec2::254/128"))
+# 169.254.169.254 serves AWS, GCP, Azure and Oracle; fd00:ec2::254 is AWS's IPv6 one, fd20:ce::254 GCP's,
+# 100.100.100.200 Alibaba's, 168.63.129.16 Azure's host agent (WireServer).
+_BLOCKED_NETS = tuple(ipaddress.ip_network(net) for net in (
+    "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "fd20:ce::254/128", "100.100.100.200/32",
+    "168.63.129.16/32"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known NAT64 prefix: its last 32 bits are an IPv4 address
+# A header name is an RFC 7230 token; a value, visible ASCII, spaces and tabs (anything else breaks the request).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
+# Headers the HTTP client and the MCP transport set themselves. From a record they could point the request at
+# another virtual host than the allow-list named (Host), desynchronise the connection (framing), or speak the
+# protocol for the transport (Mcp-Session-Id, Mcp-Protocol-Version, ...).
+_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-type", "accept",
+                     "keep-alive", "upgrade", "te", "trailer", "proxy-connection", "last-event-id"}
 
 
 def tool_config_problem(config: Any, catalog: Catalog, endpoint: str) -> str | None:
@@ -50,27 +63,52 @@ def _server_problem(server: Any, catalog: Catalog) -> str | None:
     url = server.get("url")
     if not isinstance(url, str):
         return "url must be a string"
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed [IPv6 address, say
+        return "url must be an http(s) URL"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "url must be an http(s) URL"
+    if "@" in parts.netloc:  # not echoed: it may hold a password
+        return "url carries userinfo (user:password@ before the host); send credentials in headers"
     if _blocked_host(parts.hostname):
         return f"url {url} points at a link-local or metadata address"
     if not catalog.tool_url_allowed(url):
         return f"tool server {url} is not allowed by the operator"
-    headers = server.get("headers", {})
-    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                 for k, v in headers.items()):
-        return "headers must map strings to strings"
+    problem = _headers_problem(server.get("headers", {}))
+    if problem is not None:
+        return problem
     tools = server.get("allowed_tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
         return "allowed_tools must be a list of strings"
     return None
 
 
+def _headers_problem(headers: Any) -> str | None:
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in headers.items()):
+        return "headers must map strings to strings"
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            return f"header name {name!r} is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~)"
+        if name.lower() in _RESERVED_HEADERS or name.lower().startswith("mcp-"):
+            return f"header {name} is set by OpenRelay's MCP client and may not be given"
+        if not _HEADER_VALUE.fullmatch(value):
+            return (f"the value of header {name} may hold only visible ASCII characters, spaces and tabs "
+                    "(encode anything else, e.g. as base64 or percent-encoding)")
+    return None
+
+
 def blocked_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``address`` is link-local or a metadata address, also when written as IPv4-mapped IPv6."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Whether ``address`` is link-local or a metadata address, also when an IPv6 address carries it as an
+    IPv4 one: IPv4-mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::a.b.c.d``) or 6to4 (``2002:aabb:ccdd::``)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address.sixtofour is not None:
+            address = address.sixtofour
+        elif address in _NAT64:
+            address = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
     return any(address in net for net in _BLOCKED_NETS)
 
 

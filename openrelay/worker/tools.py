@@ -9,8 +9,9 @@ a record resumed after a crash runs its loop from the start, and only a record's
 Safety: a server is contacted only if the catalog's ``[tools] allow`` covers it when the record runs (the catalog
 may have changed since the create) and its host resolves to no link-local or metadata address, a check the
 connection makes itself, on the addresses it then connects to. Tool-server time is bounded per call and per
-record (``ToolLimits``); a failed or timed-out tool call is the tool's answer to the model, not the record's end;
-a tool result is cut at ``max_output_bytes``.
+record (``ToolLimits``), closing the sessions included; a failed or timed-out tool call is the tool's answer to
+the model, not the record's end; a tool result is cut at ``max_output_bytes``. Whatever a tool server does ends
+at most its record, as a ``ToolLoopFailed``: never the batch the record is part of.
 
 ``ToolLoopFailed`` ends the record as an error line, its ``code`` one of:
 
@@ -46,6 +47,7 @@ __all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop", "tool_config_of"]
 ModelCall = Callable[[dict[str, Any]], Awaitable[EngineReply]]
 T = TypeVar("T")
 
+log = logging.getLogger("openrelay.worker")
 _LIST_PAGES = 100  # a server whose tool listing never ends cannot hold a record forever
 logging.getLogger("httpx2").setLevel(logging.WARNING)  # mcp's HTTP client logs every request at INFO
 
@@ -68,9 +70,11 @@ def tool_config_of(body: dict[str, Any]) -> dict[str, Any] | None:
 async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model: ModelCall,
                         catalog: Catalog) -> EngineReply:
     """The record's final reply. ``body`` is what the model may see (tool_config already stripped);
-    ``call_model`` makes one model call with the worker's retries. Raises ``ToolLoopFailed``."""
+    ``call_model`` makes one model call with the worker's retries. Raises ``ToolLoopFailed``, or what
+    ``call_model`` raised; never anything else, so no record can bring down the batch that runs it."""
     budget = _Budget(catalog.tool_limits)
     model_errors: list[BaseException] = []
+    ended: list[EngineReply | Exception] = []  # how the loop ended, should closing its sessions run out of time
 
     async def call(request: dict[str, Any]) -> EngineReply:
         try:
@@ -79,28 +83,47 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
             model_errors.append(exc)
             raise
 
-    own_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
-    own_names = {_function_name(t) for t in own_tools}
     # The MCP sessions live in anyio task groups, which wrap whatever crosses them in exception groups: the
     # loop's own exceptions (ours, or the worker's from call_model) leave here as they were raised; a failure
-    # inside a session's background tasks becomes the record's tool_server_unavailable.
+    # inside a session's background tasks, or any other exception from talking to a server, becomes the record's
+    # tool_server_unavailable.
+    failure: BaseException | None = None
     try:
         with budget.setup_scope:
             async with contextlib.AsyncExitStack() as stack:
-                routes: dict[str, Client] = {}
-                offered: list[dict[str, Any]] = []
-                for server in config["servers"]:
-                    client = await _connect(stack, server, catalog, budget)
-                    for tool in await _list_tools(client, server, budget):
-                        if tool.name not in own_names and tool.name not in routes:  # the record's own tools win
-                            routes[tool.name] = client
-                            offered.append(_as_function(tool))
-                request = {**body, "tools": [*own_tools, *offered]} if offered else body
-                return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call, budget)
+                try:
+                    ended.append(await _connected_loop(stack, body, config, call, catalog, budget))
+                except Exception as exc:
+                    ended.append(exc)
+                    raise
     except BaseExceptionGroup as group:
-        raise _unwrapped(group, model_errors) from None
+        failure = _unwrapped(group, model_errors)
+    except Exception as exc:
+        failure = _failure(exc, model_errors)
+    if ended and isinstance(ended[0], EngineReply) and (failure is None or isinstance(failure, ToolLoopFailed)):
+        return ended[0]  # the model answered: closing the sessions, failed or cut short, changes nothing
+    if failure is not None:
+        raise failure from None
+    if ended:  # the loop failed, then closing the sessions ran out of time (``_Budget.closing``)
+        raise _failure(ended[0], model_errors) from None
     budget.next_timeout()  # here only when a setup step ran out of time: the record's, or else the step's own
     raise ToolLoopFailed("tool_server_unavailable", f"{budget.step} timed out")
+
+
+async def _connected_loop(stack: contextlib.AsyncExitStack, body: dict[str, Any], config: dict[str, Any],
+                          call_model: ModelCall, catalog: Catalog, budget: _Budget) -> EngineReply:
+    own_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    own_names = {_function_name(t) for t in own_tools}
+    routes: dict[str, Client] = {}
+    offered: list[dict[str, Any]] = []
+    for server in config["servers"]:
+        client = await _connect(stack, server, catalog, budget)
+        for tool in await _list_tools(client, server, budget):
+            if tool.name not in own_names and tool.name not in routes:  # the record's own tools win
+                routes[tool.name] = client
+                offered.append(_as_function(tool))
+    request = {**body, "tools": [*own_tools, *offered]} if offered else body
+    return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call_model, budget)
 
 
 async def _loop(request: dict[str, Any], routes: dict[str, Client], max_rounds: int, call_model: ModelCall,
@@ -154,6 +177,7 @@ class _Budget:
         self.left = limits.record_timeout_seconds
         self.setup_scope = anyio.CancelScope()
         self.step = ""
+        self._closing = False
 
     def next_timeout(self) -> float:
         if self.left <= 0:
@@ -170,6 +194,15 @@ class _Budget:
                 return await operation
         finally:
             self.left -= time.monotonic() - started
+
+    def closing(self) -> None:
+        """Called on the way out, before the first session is closed: closing them all gets one call's time or
+        what is left of the record's, if less. Closing a session sends the server a DELETE (the MCP client's
+        courtesy, so the server can free the session), which a stalled server need never answer."""
+        if not self._closing:
+            self._closing = True
+            limit = max(0.0, min(self.limits.call_timeout_seconds, self.left))
+            self.setup_scope.deadline = anyio.current_time() + limit
 
     @contextlib.contextmanager
     def setting_up(self, step: str) -> Iterator[None]:
@@ -192,10 +225,10 @@ async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], cat
     # No HTTP read timeout: it would fire inside the SDK's background tasks and tear the session down; our
     # cancel scopes time every wait instead.
     timeout = httpx2.Timeout(budget.limits.call_timeout_seconds, read=None)
-    http = await stack.enter_async_context(checked_client(server.get("headers") or {}, timeout))
-    client = Client(streamable_http_client(url, http_client=http))
     with budget.setting_up(f"tool server {url}: connecting"):
-        try:
+        try:  # making the HTTP client too: it encodes the record's headers
+            http = await stack.enter_async_context(checked_client(server.get("headers") or {}, timeout))
+            client = Client(streamable_http_client(url, http_client=http))
             await stack.enter_async_context(client)
         except Exception as exc:
             blocked = _found(exc, BlockedAddress)
@@ -203,6 +236,7 @@ async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], cat
                 raise ToolLoopFailed("tool_server_not_allowed",
                                      f"tool server {url} {blocked}; it is never contacted") from None
             raise ToolLoopFailed("tool_server_unavailable", f"tool server {url}: {_describe(exc)}") from None
+    stack.callback(budget.closing)  # runs before this session (and any opened before it) is closed
     return client
 
 
@@ -315,6 +349,16 @@ def _unwrapped(group: BaseExceptionGroup, model_errors: list[BaseException]) -> 
     if blocked is not None:
         return ToolLoopFailed("tool_server_not_allowed", f"a tool server {blocked}; it is never contacted")
     return ToolLoopFailed("tool_server_unavailable", f"a tool server connection failed: {_describe(leaves[0])}")
+
+
+def _failure(exc: Exception, model_errors: list[BaseException]) -> Exception:
+    """What the record ends with for ``exc``: the loop's own ``ToolLoopFailed`` and the worker's exceptions from
+    its model calls as they are; anything else went wrong talking to a tool server (an exception the MCP SDK or
+    the HTTP client let through), and ends only this record."""
+    if isinstance(exc, ToolLoopFailed) or exc in model_errors:
+        return exc
+    log.warning("tool loop: unexpected %s", exc.__class__.__name__, exc_info=exc)
+    return ToolLoopFailed("tool_server_unavailable", f"talking to a tool server failed: {_describe(exc)}")
 
 
 def _found(exc: BaseException, kind: type[T]) -> T | None:

@@ -4,12 +4,18 @@ Run: ``python tests/support/mcp_server.py [--host 127.0.0.1] [--port 0]``; once 
 ``READY port=<N>``; its endpoint is ``http://host:port/mcp``. Every tool call is counted, by tool name, at
 ``GET /calls`` (reset with ``POST /calls/reset``), with the ``x-tool-token`` header each call carried, so tests
 can see what reached the server and what did not.
+
+Requests carrying an ``x-legacy-mcp`` header meet a server of the protocol's handshake era: ``server/discover``
+is an unknown method, so the client falls back to ``initialize`` and gets a session, which it closes with a
+DELETE. Every DELETE is listed at ``GET /deletes`` with its ``x-tool-token``; one carrying ``x-stall-delete`` is
+never answered, as by a server that hangs while a client closes its session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import select
 import socket
 import subprocess
@@ -23,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 CALLS: list[dict[str, Any]] = []
+DELETES: list[dict[str, Any]] = []
 tools = MCPServer("openrelay-test-tools")
 
 
@@ -76,7 +83,47 @@ async def calls(request: Request) -> Response:
 @tools.custom_route("/calls/reset", methods=["POST"])
 async def reset_calls(request: Request) -> Response:
     CALLS.clear()
+    DELETES.clear()
     return JSONResponse({"ok": True})
+
+
+@tools.custom_route("/deletes", methods=["GET"])
+async def deletes(request: Request) -> Response:
+    return JSONResponse(DELETES)
+
+
+def _legacy_mode(app: Any) -> Any:
+    """The MCP app, as a handshake-era server to requests carrying ``x-legacy-mcp``; DELETEs noted, and never
+    answered when they carry ``x-stall-delete``."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+        if scope["method"] == "DELETE":
+            DELETES.append({"token": headers.get("x-tool-token"), "stalled": "x-stall-delete" in headers})
+            if "x-stall-delete" in headers:
+                await asyncio.Event().wait()
+        if scope["method"] == "POST" and "x-legacy-mcp" in headers:
+            body, more = b"", True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+            request = json.loads(body or b"null")
+            if isinstance(request, dict) and request.get("method") == "server/discover":
+                answer = {"jsonrpc": "2.0", "id": request.get("id"),
+                          "error": {"code": -32601, "message": "Method not found"}}
+                return await JSONResponse(answer)(scope, receive, send)
+            replayed = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive_again() -> dict[str, Any]:
+                return replayed.pop() if replayed else await receive()
+
+            return await app(scope, receive_again, send)
+        return await app(scope, receive, send)
+
+    return wrapped
 
 
 async def _serve(server: Any, sock: socket.socket) -> None:
@@ -101,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     sock.listen(256)
-    app = tools.streamable_http_app(host=args.host)
+    app = _legacy_mode(tools.streamable_http_app(host=args.host))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1))
     asyncio.run(_serve(server, sock))
 
