@@ -42,7 +42,7 @@ from ..engines.base import EngineReply
 from ..validation.tool_config import DEFAULT_MAX_ROUNDS
 from .tool_http import BlockedAddress, checked_client
 
-__all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop", "tool_config_of"]
+__all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop"]
 
 ModelCall = Callable[[dict[str, Any]], Awaitable[EngineReply]]
 T = TypeVar("T")
@@ -59,12 +59,6 @@ class ToolLoopFailed(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def tool_config_of(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The record's tool_config (checked at create), or None for a plain record."""
-    ext = body.get("openrelay")
-    return ext.get("tool_config") if isinstance(ext, dict) else None
 
 
 async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model: ModelCall,
