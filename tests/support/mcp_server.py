@@ -1,6 +1,6 @@
 """A real MCP tool server for the tool-calling tests, built with the official ``mcp`` SDK (streamable HTTP).
 
-Run: ``python tests/support/mcp_server.py [--host 127.0.0.1] [--port 0]``; once listening it prints
+Run: ``python -m tests.support.mcp_server [--host 127.0.0.1] [--port 0]``; once listening it prints
 ``READY port=<N>``; its endpoint is ``http://host:port/mcp``. Every tool call is counted, by tool name, at
 ``GET /calls`` (reset with ``POST /calls/reset``), with the ``x-tool-token`` header each call carried, so tests
 can see what reached the server and what did not.
@@ -16,10 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import select
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +23,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from tests.support.announce import listen, serve_announced, start_announced, stop
 
 CALLS: list[dict[str, Any]] = []
 DELETES: list[dict[str, Any]] = []
@@ -126,15 +124,6 @@ def _legacy_mode(app: Any) -> Any:
     return wrapped
 
 
-async def _serve(server: Any, sock: socket.socket) -> None:
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.005)
-    if server.started:
-        print(f"READY port={sock.getsockname()[1]}", flush=True)
-    await task
-
-
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -144,35 +133,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(256)
+    sock = listen(args.host, args.port, 256)
     app = _legacy_mode(tools.streamable_http_app(host=args.host))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1))
-    asyncio.run(_serve(server, sock))
+    asyncio.run(serve_announced(server, sock))
 
 
 @contextlib.contextmanager
 def running_mcp_server(host: str = "127.0.0.1", timeout: float = 30.0) -> Iterator[str]:
     """Yields the server's root URL (``http://host:port``); the MCP endpoint is that plus ``/mcp``."""
-    proc = subprocess.Popen([sys.executable, __file__, "--host", host, "--port", "0"], stdout=subprocess.PIPE)
-    assert proc.stdout is not None
+    proc, port = start_announced("tests.support.mcp_server", ["--host", host, "--port", "0"], "MCP test server",
+                                 timeout)
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        line = proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("READY port="):
-            raise RuntimeError(f"MCP test server did not start (exit={proc.poll()}, line={line!r})")
-        yield f"http://{host}:{int(line.split('=', 1)[1])}"
+        yield f"http://{host}:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-
+        stop(proc)
 
 if __name__ == "__main__":
     main()

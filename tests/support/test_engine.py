@@ -1,6 +1,6 @@
 """Zero-latency OpenAI-compatible stand-in for an inference server (vLLM etc.).
 
-Run: ``python tests/support/test_engine.py --host 127.0.0.1 --port 0 [--no-record]``; once listening it
+Run: ``python -m tests.support.test_engine --host 127.0.0.1 --port 0 [--no-record]``; once listening it
 prints ``READY port=<N>``. Behaviour is steered by ``#key=value`` tokens in the request text
 (``#status=NNN``, ``#sleep=S``, ``#fail_times=N``, ``#tokens=N``) and by the ``/control/*`` endpoints.
 Chat calls tools on ``#call_tool=NAME:{json args}`` (JSON without spaces; one token per call of the turn) while
@@ -16,10 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import select
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections import deque
@@ -31,6 +28,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from tests.support.announce import listen, serve_announced, start_announced, stop
 
 Body = dict[str, Any]
 Handler = Callable[[Body], Awaitable[Response]]
@@ -264,16 +263,6 @@ app = Starlette(routes=[
 ])
 
 
-async def serve(server: Any, sock: socket.socket) -> None:
-    """Prints READY only once uvicorn has started, so callers never race the startup."""
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not task.done():
-        await asyncio.sleep(0.005)
-    if server.started:
-        print(f"READY port={sock.getsockname()[1]}", flush=True)
-    await task
-
-
 def main(argv: list[str] | None = None) -> None:
     import uvicorn  # imported here so test modules importing the helpers stay cheap
 
@@ -283,11 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-record", action="store_true", help="don't keep bodies (benchmarks)")
     args = parser.parse_args(argv)
     STATE.record = not args.no_record
-    # Binding ourselves is what makes --port 0 work: we know the real port before anyone connects.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(2048)
+    sock = listen(args.host, args.port, 2048)
     # loop/http "auto" pick uvloop + httptools when installed; short graceful timeout so a test
     # abandoning a #sleep request doesn't stall teardown.
     config = uvicorn.Config(
@@ -295,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     server = uvicorn.Server(config)
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(serve(server, sock))
+        runner.run(serve_announced(server, sock))
 
 
 # --- helpers for tests and benchmarks -------------------------------------------------------------
@@ -305,31 +290,13 @@ def start_test_engine(*extra_args: str, host: str = "127.0.0.1", timeout: float 
     subprocess.Popen[bytes], str
 ]:
     """Starts the engine in a subprocess; returns (process, base_url ending in /v1)."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--host", host, "--port", "0", *extra_args], stdout=subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        line = proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("READY port="):
-            raise RuntimeError(f"test engine did not start (exit={proc.poll()}, line={line!r})")
-    except BaseException:
-        stop_test_engine(proc)
-        raise
-    return proc, f"http://{host}:{int(line.split('=', 1)[1])}/v1"
+    proc, port = start_announced("tests.support.test_engine", ["--host", host, "--port", "0", *extra_args],
+                                 "test engine", timeout)
+    return proc, f"http://{host}:{port}/v1"
 
 
 def stop_test_engine(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
+    stop(proc)
 
 
 @contextlib.contextmanager
