@@ -14,6 +14,7 @@ record, since that is also what records it can never serve look like (a model th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Literal
@@ -48,15 +49,10 @@ class EngineGate:
     def is_open(self) -> bool:
         return self._open.is_set()
 
-    async def wait_open(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the engine to be usable; True when it is."""
-        if self._open.is_set():
-            return True
-        try:
+    async def wait_open(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the engine to be usable (callers look at ``is_open`` after)."""
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._open.wait(), timeout=max(timeout, 0.0))
-        except TimeoutError:
-            return False
-        return True
 
     async def call(self, endpoint: str, body: dict) -> EngineReply:
         self._in_flight.inc()
@@ -107,3 +103,4 @@ class EngineGate:
     async def aclose(self) -> None:
         if self._prober is not None:
             self._prober.cancel()
+        await self.engine.aclose()

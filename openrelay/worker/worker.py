@@ -98,4 +98,3 @@ class Worker:
             await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
         for gate in self._gates.values():
             await gate.aclose()
-            await gate.engine.aclose()
