@@ -31,7 +31,7 @@ class Settings:
     lease_seconds: float = 15.0  # a running batch's claim; renewed by its worker's heartbeat
     tick_seconds: float = 0.2  # scheduler and heartbeat period
     flush_seconds: float = 0.1  # results are made durable at least this often while a batch runs
-    flush_records: int = 500  # ... or when this many are waiting
+    flush_records: int = 2000  # ... or when this many are waiting (bounds the memory they hold)
     retry_attempts: int = 5  # engine attempts per record for retryable failures
     retry_base_seconds: float = 0.5  # first backoff; doubles each retry, capped below
     retry_max_seconds: float = 8.0
@@ -56,6 +56,7 @@ class Settings:
             max_records=_env_int("OPENRELAY_MAX_RECORDS", 50_000),
             max_line_bytes=_env_int("OPENRELAY_MAX_LINE_BYTES", 64 * 1024 * 1024),
             flush_seconds=_env_float("OPENRELAY_FLUSH_SECONDS", 0.1),
+            flush_records=_env_int("OPENRELAY_FLUSH_RECORDS", 2000),
             lease_seconds=_env_float("OPENRELAY_LEASE_SECONDS", 15.0),
             tick_seconds=_env_float("OPENRELAY_TICK_SECONDS", 0.2),
             retry_attempts=_env_int("OPENRELAY_RETRY_ATTEMPTS", 5),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -48,6 +49,7 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        _freeze_startup_objects()
         task = asyncio.create_task(worker.run_forever()) if worker else None
         try:
             yield
@@ -68,6 +70,7 @@ def run_worker(settings: Settings) -> None:
     worker = Worker(rt)
 
     async def main() -> None:
+        _freeze_startup_objects()
         try:
             await worker.run_forever()
         finally:
@@ -76,3 +79,11 @@ def run_worker(settings: Settings) -> None:
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
+
+
+def _freeze_startup_objects() -> None:
+    """Move what start-up built (modules, the app, the catalog: some 100,000 objects) out of the cyclic garbage
+    collector's reach. Requests make short-lived cycles, so full collections keep coming, and each would walk all
+    of them again for nothing; frozen, they cost nothing."""
+    gc.collect()
+    gc.freeze()

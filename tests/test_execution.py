@@ -106,6 +106,21 @@ def test_429_retried_until_it_clears_and_429_forever_is_an_error_line(make_serve
     assert _seen(engine, "always throttled") == 3
 
 
+def test_engine_timeout_is_retried_then_the_records_error_line(make_server, engine, engine_url):
+    from tests.support.server import TEST_CATALOG
+
+    catalog = TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=4).replace("timeout_seconds = 30",
+                                                                                       "timeout_seconds = 0.5")
+    server = make_server(catalog=catalog, env={"OPENRELAY_RETRY_ATTEMPTS": "2", "OPENRELAY_RETRY_MAX_SECONDS": "0.1"})
+    batch = server.wait(create(server, [chat("slow", "too slow to wait for #sleep=4"),
+                                        chat("quick", "quick answer")])["id"])
+    assert batch["status"] == "completed" and batch["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+    out, err = results(server, batch)
+    assert sorted(out) == ["quick"]
+    assert err["slow"]["error"] == {"code": "engine_unavailable", "message": "engine timed out", "status_code": 503}
+    assert _seen(engine, "too slow") == 2  # timed out, retried once, timed out again
+
+
 def test_completions_and_embeddings_batches(server, engine):
     completions = [{"custom_id": f"c{i}", "method": "POST", "url": "/v1/completions",
                     "body": {"model": "test/echo", "prompt": f"complete this text number {i}"}} for i in range(3)]

@@ -85,7 +85,7 @@ def test_expedited_runs_before_older_standard(make_server, engine):
 
 
 def test_batch_larger_than_a_flush_completes_every_record_once(make_server, engine):
-    server = make_server(concurrency=32)
+    server = make_server(concurrency=32, env={"OPENRELAY_FLUSH_RECORDS": "500"})
     total = 1200
     created = create_from_file(server, [chat(f"big-{i}", f"tiny {i}") for i in range(total)])
     assert created["request_counts"]["total"] == total
