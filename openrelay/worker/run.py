@@ -138,6 +138,11 @@ class BatchRun:
             except _Stopped:
                 self._stopped_early = True
                 return
+            except LeaseLost:
+                # The other lanes stop at their next step; their calls in flight finish rather than being
+                # cancelled, since the HTTP client would carry a cancelled call on to its end anyway.
+                self._lost = True
+                return
 
     # -- one record ------------------------------------------------------------------------------------------
 
@@ -160,7 +165,12 @@ class BatchRun:
                 self._pending.err.append(engine_error_line(custom_id, reply.status_code, reply.body))
         self._pending.lines.append(line)
         if len(self._pending.lines) >= self.settings.flush_records:
-            await self._flush()
+            try:
+                await self._flush()
+            except LeaseLost:
+                raise
+            except Exception:  # as in _flush_periodically: the chunk stays pending and is written next time
+                log.exception("batch %s: writing results failed; retrying", self.batch.id)
 
     async def _answer(self, body: dict[str, Any]) -> EngineReply:
         """The record's final reply: one model call, or a tool loop of them (usage summed over its turns)."""
