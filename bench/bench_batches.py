@@ -1,7 +1,7 @@
 """Benchmarks for issue 2: create time vs plain orjson parsing, server memory during create, and throughput
 through a running batch vs a direct asyncio client against the same zero-latency test engine.
 
-    .venv/bin/python bench/bench_batches.py [--records 50000] [--run-records 20000] [--concurrency 64]
+    .venv/bin/python bench/bench_batches.py [--records 50000] [--run-records 20000] [--concurrency 64] [--pairs 6]
 
 Every figure is measured in this run against a baseline measured in the same run; nothing is timed in tests.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 import orjson
+from pyreqwest.client import ClientBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -100,7 +102,7 @@ def reset_engine(engine_root: str) -> None:
 
 async def direct_client_seconds(engine_url: str, path: Path, concurrency: int) -> float:
     """The baseline: a plain asyncio client doing the same job as the batch's worker, minus the service: read
-    each record of the file, send its body (model renamed) with aiohttp, the client our engine kind uses, at the
+    each record of the file, send its body (model renamed) with aiohttp, the usual asyncio HTTP client, at the
     same concurrency, parse each answer."""
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
     async with aiohttp.ClientSession(connector=connector, headers={"content-type": "application/json"}) as client:
@@ -119,12 +121,34 @@ async def direct_client_seconds(engine_url: str, path: Path, concurrency: int) -
             return time.perf_counter() - start
 
 
+async def direct_pyreqwest_seconds(engine_url: str, path: Path, concurrency: int) -> float:
+    """The same direct client with pyreqwest, the HTTP client the worker uses: how much the service itself costs
+    next to its own client used bare."""
+    client = (ClientBuilder().max_connections(concurrency).default_headers({"content-type": "application/json"})
+              .no_proxy().build())
+    async with client:
+        with open(path, "rb") as handle:
+            lines = iter(handle)
+
+            async def lane() -> None:
+                for raw in lines:
+                    body = orjson.loads(raw)["body"]
+                    data = orjson.dumps({**body, "model": "echo"})
+                    response = await client.post(f"{engine_url}/chat/completions").body_bytes(data).build().send()
+                    orjson.loads((await response.bytes()).to_bytes())
+
+            start = time.perf_counter()
+            await asyncio.gather(*(lane() for _ in range(concurrency)))
+            return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=50_000, help="records in the create benchmark file")
     parser.add_argument("--run-records", type=int, default=20_000, help="records in the throughput batch")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3, help="creates (and parses) timed; the best counts")
+    parser.add_argument("--pairs", type=int, default=6, help="rounds of throughput runs (batch, then each client)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orl-bench-"))
     engine_proc, engine_url = start_test_engine("--no-record")
@@ -158,9 +182,9 @@ def main() -> None:
         small = work / "run.jsonl"
         write_records(small, args.run_records)
         small_id = upload(server, small)
-        ours, theirs = [], []
+        ours, theirs, bare = [], [], []
         root = engine_url.removesuffix("/v1")
-        for _ in range(args.repeat):  # alternate, so drift in the machine's speed hits both alike
+        for _ in range(args.pairs):  # alternate, so drift in the machine's speed hits all three alike
             reset_engine(root)  # nothing else talks to the engine now: the previous run has completed
             _, batch = create(server, small_id)
             wait_completed(server, batch["id"])
@@ -168,10 +192,17 @@ def main() -> None:
             reset_engine(root)
             asyncio.run(direct_client_seconds(engine_url, small, args.concurrency))
             theirs.append(engine_rate(root, args.run_records))
-        print(f"throughput at concurrency {args.concurrency}, {args.run_records:,} records, best of {args.repeat}: "
-              f"batch {max(ours):,.0f} req/s; direct asyncio client {max(theirs):,.0f} req/s; "
-              f"ratio {max(ours) / max(theirs):.2f} (goal >= 0.9); all runs: batch "
-              f"{', '.join(f'{x:,.0f}' for x in ours)}; direct {', '.join(f'{x:,.0f}' for x in theirs)}")
+            reset_engine(root)
+            asyncio.run(direct_pyreqwest_seconds(engine_url, small, args.concurrency))
+            bare.append(engine_rate(root, args.run_records))
+        print(f"throughput at concurrency {args.concurrency}, {args.run_records:,} records, {args.pairs} rounds:")
+        for name, runs in (("batch", ours), ("direct aiohttp client", theirs), ("direct pyreqwest client", bare)):
+            print(f"  {name}: best {max(runs):,.0f} req/s, median {statistics.median(runs):,.0f}; all runs "
+                  f"{', '.join(f'{x:,.0f}' for x in runs)}")
+        for name, runs in (("direct aiohttp client (goal >= 0.9)", theirs), ("direct pyreqwest client", bare)):
+            paired = [a / b for a, b in zip(ours, runs, strict=True)]
+            print(f"  batch / {name}: median of the paired ratios {statistics.median(paired):.2f}, "
+                  f"ratio of the bests {max(ours) / max(runs):.2f}")
     finally:
         server.stop()
         stop_test_engine(engine_proc)
