@@ -6,6 +6,8 @@ import time
 
 import orjson
 
+from openrelay.store.db import Database
+from openrelay.store.schema import batches
 from tests.support.execution import (
     TERMINAL,
     chat,
@@ -192,3 +194,33 @@ def test_crash_loses_no_finished_record_and_reruns_only_in_flight_ones(make_serv
     texts = [prompt_text(r) for r in engine.requests()]
     assert total <= len(texts) <= total + concurrency
     assert {t for t in texts if texts.count(t) > 1} == hung
+
+
+def test_worker_that_loses_its_lease_gives_the_batch_up_and_every_record_lands_once(make_server, engine):
+    total, concurrency = 12, 4
+    # Each answer is flushed at once, and the heartbeat looks only every 10 s: the lane that flushes first after
+    # the takeover is what finds the lease gone.
+    server = make_server(concurrency=concurrency, env={"OPENRELAY_FLUSH_RECORDS": "1", "OPENRELAY_TICK_SECONDS": "10"})
+    # The first four go out together: one answered in 0.5 s, three in 2 s.
+    sleeps = ["#sleep=0.5"] + ["#sleep=2"] * 3 + [""] * (total - concurrency)
+    batch_id = create(server, [chat(f"l{i}", f"lease {i} {sleep}") for i, sleep in enumerate(sleeps)])["id"]
+    wait_for(lambda: engine.stats()["in_flight"] == concurrency, "the first calls in flight", every=0.02)
+    # Another worker takes the batch over (as one would after this one stalled past its lease) and holds it 3 s.
+    db = Database(server.database_url)
+    try:
+        with db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id)
+                         .values(lease_owner="another-worker", lease_expires_at=time.time() + 3))
+    finally:
+        db.dispose()
+    wait_for(lambda: "lease lost" in server.log(), "the worker to give the batch up", every=0.02)
+    # The quick answer's flush found the lease gone; the three slow calls were answered before the worker gave
+    # up, not cancelled (a cancelled call would run on in the HTTP client, holding its connection).
+    assert engine.stats()["in_flight"] == 0
+    # Once that lease lapses, a worker (this one) resumes the batch from what was made durable.
+    batch = server.wait(batch_id, timeout=60)
+    assert batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": total, "completed": total, "failed": 0}
+    out, err = results(server, batch)
+    assert sorted(out) == sorted(f"l{i}" for i in range(total)) and err == {}
+    assert batch["usage"] == usage_of(out)  # the records answered after the lease was lost are billed once
