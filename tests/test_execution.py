@@ -16,6 +16,7 @@ from tests.support.execution import (
     usage_of,
     wait_for,
 )
+from tests.support.server import TEST_CATALOG
 
 LINE_KEYS = {"id", "custom_id", "response", "error"}
 
@@ -107,8 +108,6 @@ def test_429_retried_until_it_clears_and_429_forever_is_an_error_line(make_serve
 
 
 def test_engine_timeout_is_retried_then_the_records_error_line(make_server, engine, engine_url):
-    from tests.support.server import TEST_CATALOG
-
     catalog = TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=4).replace("timeout_seconds = 30",
                                                                                        "timeout_seconds = 0.5")
     server = make_server(catalog=catalog, env={"OPENRELAY_RETRY_ATTEMPTS": "2", "OPENRELAY_RETRY_MAX_SECONDS": "0.1"})

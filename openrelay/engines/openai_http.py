@@ -34,15 +34,11 @@ class OpenAIEngine:
         self.connect_timeout = timedelta(seconds=float(config.get("connect_timeout_seconds", 10)))
         self.max_connections = max_connections
         self._client: Client | None = None
-        self._urls: dict[str, str] = {}
 
     def _url(self, endpoint: str) -> str:
-        url = self._urls.get(endpoint)
-        if url is None:
-            # Catalog base URLs end in /v1 like the endpoints start with it; join them once.
-            path = endpoint[3:] if endpoint.startswith("/v1/") and self.base_url.endswith("/v1") else endpoint
-            url = self._urls[endpoint] = self.base_url + path
-        return url
+        # Catalog base URLs end in /v1 like the endpoints start with it; join them once.
+        path = endpoint[3:] if endpoint.startswith("/v1/") and self.base_url.endswith("/v1") else endpoint
+        return self.base_url + path
 
     def _http(self) -> Client:
         if self._client is None:

@@ -147,10 +147,9 @@ class BatchRun:
     # -- one record ------------------------------------------------------------------------------------------
 
     async def _one(self, line: int, record: dict[str, Any]) -> None:
-        custom_id, body = record["custom_id"], record["body"]
+        custom_id = record["custom_id"]
         try:
-            # A body with no extensions goes straight to the engine: this is every request's path.
-            reply = await (self._answer(body) if "openrelay" in body else self._call_with_retries(body))
+            reply = await self._answer(record["body"])
         except _RecordFailed as exc:
             self._pending.err.append(error_line(custom_id, code=exc.code, message=exc.message))
         else:
@@ -165,12 +164,7 @@ class BatchRun:
                 self._pending.err.append(engine_error_line(custom_id, reply.status_code, reply.body))
         self._pending.lines.append(line)
         if len(self._pending.lines) >= self.settings.flush_records:
-            try:
-                await self._flush()
-            except LeaseLost:
-                raise
-            except Exception:  # as in _flush_periodically: the chunk stays pending and is written next time
-                log.exception("batch %s: writing results failed; retrying", self.batch.id)
+            await self._flush_or_retry_later()
 
     async def _answer(self, body: dict[str, Any]) -> EngineReply:
         """The record's final reply: one model call, or a tool loop of them (usage summed over its turns)."""
@@ -197,8 +191,7 @@ class BatchRun:
         sick_since: float | None = None
         try:
             while True:
-                if self._lost or not self.gate.is_open:
-                    await self._wait_for_engine()
+                await self._wait_for_engine()
                 try:
                     reply = await self.gate.call(endpoint, body)
                 except EngineUnavailable as exc:
@@ -274,16 +267,24 @@ class BatchRun:
         RECORDS.labels(self.spec.name, "completed").inc(chunk.completed)
         RECORDS.labels(self.spec.name, "failed").inc(chunk.failed)
 
+    async def _flush_or_retry_later(self) -> None:
+        """``_flush``, except that a store or disk hiccup leaves the chunk pending for the next flush. A lost
+        lease still raises ``LeaseLost``."""
+        try:
+            await self._flush()
+        except LeaseLost:
+            raise
+        except Exception:
+            log.exception("batch %s: writing results failed; retrying", self.batch.id)
+
     async def _flush_periodically(self) -> None:
         while True:
             await asyncio.sleep(self.settings.flush_seconds)
             try:
-                await self._flush()
+                await self._flush_or_retry_later()
             except LeaseLost:
                 self._lost = True
                 return
-            except Exception:  # a store or disk hiccup: the chunk stays pending and is written next time
-                log.exception("batch %s: writing results failed; retrying", self.batch.id)
 
     async def _heartbeat(self) -> None:
         """Watch for cancel every tick (a read); renew the lease every third of its length (a write). A store
