@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
+from tests.support.test_engine import EngineControl as Engine
 from tests.support.test_engine import start_test_engine, stop_test_engine
 
 BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")
@@ -40,26 +39,6 @@ def engine(engine_url: str) -> Iterator[Engine]:
     control.reset()
     yield control
     control.reset()
-
-
-class Engine:
-    """The test engine's control surface."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.root = url.removesuffix("/v1")
-
-    def reset(self) -> None:
-        httpx.post(self.root + "/control/reset", timeout=10).raise_for_status()
-
-    def requests(self) -> list[dict[str, Any]]:
-        return httpx.get(self.root + "/control/requests", timeout=10).json()
-
-    def stats(self) -> dict[str, Any]:
-        return httpx.get(self.root + "/control/stats", timeout=10).json()
-
-    def mode(self, **mode: Any) -> None:
-        httpx.post(self.root + "/control/mode", json=mode, timeout=10).raise_for_status()
 
 
 @pytest.fixture

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from tests.support.test_engine import running_test_engine
+from tests.support.test_engine import EngineControl, running_test_engine
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +99,20 @@ def test_mode(client: httpx.Client) -> None:
     client.post("/control/mode", json={"delay": 0.3}).raise_for_status()
     assert chat(client, "x").elapsed.total_seconds() >= 0.3
     client.post("/control/reset").raise_for_status()
-    assert chat(client, "x").elapsed.total_seconds() < 0.3
+    assert client.post("/control/mode", json={}).json() == {"status": None, "delay": 0.0}
 
 
 def test_max_in_flight(client: httpx.Client, engine_url: str) -> None:
+    root = engine_url.removesuffix("/v1")
+
     async def burst() -> None:
         async with httpx.AsyncClient(base_url=engine_url, timeout=10) as ac:
-            body = {"model": "m", "messages": [{"role": "user", "content": "slow #sleep=0.3"}]}
-            rs = await asyncio.gather(*(ac.post("/chat/completions", json=body) for _ in range(8)))
-            assert all(r.status_code == 200 for r in rs)
+            body = {"model": "m", "messages": [{"role": "user", "content": "slow #hold=burst"}]}
+            calls = [asyncio.create_task(ac.post("/chat/completions", json=body)) for _ in range(8)]
+            while (await ac.get(f"{root}/control/held")).json().get("burst", {}).get("waiting") != 8:
+                await asyncio.sleep(0.01)
+            await ac.post(f"{root}/control/release", json={"name": "burst"})
+            assert all(r.status_code == 200 for r in await asyncio.gather(*calls))
 
     asyncio.run(burst())
     stats = client.get("/control/stats").json()
@@ -123,3 +129,45 @@ def test_no_record_flag() -> None:
             root = base_url.removesuffix("/v1")
             assert c.get(f"{root}/control/requests").json() == []
             assert c.get(f"{root}/health").json() == {"ok": True}
+
+
+def test_hold_waits_until_released(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+
+    async def held_then_released() -> list[str]:
+        async with httpx.AsyncClient(base_url=engine_url, timeout=10) as ac:
+            body = {"model": "m", "messages": [{"role": "user", "content": "wait #hold=g1"}]}
+            calls = [asyncio.create_task(ac.post("/chat/completions", json=body)) for _ in range(3)]
+            while (await ac.get(f"{control.root}/control/held")).json().get("g1", {}).get("waiting") != 3:
+                await asyncio.sleep(0.01)
+            assert not any(call.done() for call in calls)
+            await ac.post(f"{control.root}/control/release", json={"name": "g1", "count": 1})
+            done, pending = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1
+            while (await ac.get(f"{control.root}/control/held")).json()["g1"]["waiting"] != 2:
+                await asyncio.sleep(0.01)
+            assert len(pending) == 2 and not any(call.done() for call in pending)
+            await ac.post(f"{control.root}/control/release", json={"name": "g1"})
+            rs = await asyncio.gather(*calls)
+            later = await ac.post("/chat/completions", json=body)  # an opened gate stays open
+            return [r.json()["choices"][0]["message"]["content"] for r in [*rs, later]]
+
+    assert asyncio.run(held_then_released()) == ["echo: wait #hold=g1"] * 4
+    assert control.gates() == {"g1": {"waiting": 0, "passed": 4, "open": True}}
+
+
+def test_hold_helpers_and_reset_let_held_requests_go(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+    control.release("early")  # opened before any request reaches it
+    assert chat(client, "x #hold=early").status_code == 200
+    with ThreadPoolExecutor(4) as pool:
+        calls = [pool.submit(chat, client, f"x #hold={name}") for name in ("a", "a", "b")]
+        control.wait_held("a", 2)
+        control.wait_held("b", 1)
+        assert control.held("a") == 2 and control.held("nothing") == 0
+        assert not any(call.done() for call in calls)
+        control.reset()
+        assert [call.result(timeout=10).status_code for call in calls] == [200, 200, 200]
+    assert control.gates() == {}  # reset closed and forgot every gate
+    with pytest.raises(AssertionError, match="0 requests held at 'a'"):
+        control.wait_held("a", 1, timeout=0.2)

@@ -2,7 +2,14 @@
 
 Run: ``python -m tests.support.test_engine --host 127.0.0.1 --port 0 [--no-record]``; once listening it
 prints ``READY port=<N>``. Behaviour is steered by ``#key=value`` tokens in the request text
-(``#status=NNN``, ``#sleep=S``, ``#fail_times=N``, ``#tokens=N``) and by the ``/control/*`` endpoints.
+(``#status=NNN``, ``#sleep=S``, ``#fail_times=N``, ``#tokens=N``, ``#hold=NAME``) and by the ``/control/*``
+endpoints.
+``#hold=NAME`` makes the request wait, before any other directive, until a test lets it go:
+``POST /control/release {"name": NAME}`` opens that gate for every request held there now and later,
+``{"name": NAME, "count": K}`` lets only K of the waiting ones through (the gate stays closed), and ``{}`` opens
+every gate requests have reached so far; releasing a name no request has reached yet opens it in advance.
+``GET /control/held`` says how many requests wait at each gate; ``/control/reset`` lets every held request go
+and forgets the gates. A test that needs a batch "still running" holds its records instead of sleeping.
 Chat calls tools on ``#call_tool=NAME:{json args}`` (JSON without spaces; one token per call of the turn) while
 the conversation has fewer than ``#tool_rounds=N`` (default 1) tool-calling turns, then answers with text quoting
 every tool result it was given.
@@ -23,6 +30,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,6 +41,36 @@ from tests.support.announce import listen, serve_announced, start_announced, sto
 
 Body = dict[str, Any]
 Handler = Callable[[Body], Awaitable[Response]]
+
+
+class Gate:
+    """Where ``#hold=NAME`` requests wait: closed until opened, or until a ticket lets one of them through."""
+
+    def __init__(self) -> None:
+        self.is_open = False
+        self.tickets = 0
+        self.waiting = 0
+        self.passed = 0  # how many went through (after waiting or because the gate was open)
+        self.changed = asyncio.Condition()
+
+    async def pass_through(self) -> None:
+        async with self.changed:
+            self.waiting += 1
+            try:
+                await self.changed.wait_for(lambda: self.is_open or self.tickets > 0)
+                if not self.is_open:
+                    self.tickets -= 1
+                self.passed += 1
+            finally:
+                self.waiting -= 1
+
+    async def release(self, count: int | None) -> None:
+        async with self.changed:
+            if count is None:
+                self.is_open = True
+            else:
+                self.tickets += min(count, self.waiting - self.tickets)
+            self.changed.notify_all()
 
 
 class State:
@@ -52,6 +90,12 @@ class State:
         self.fail_counts: dict[str, int] = {}
         self.mode_status: int | None = None
         self.mode_delay = 0.0
+        self.gates: dict[str, Gate] = {}
+
+    def gate(self, name: str) -> Gate:
+        if name not in self.gates:
+            self.gates[name] = Gate()
+        return self.gates[name]
 
 
 STATE = State(record=True)
@@ -90,6 +134,8 @@ async def apply_directives(text: str) -> tuple[Response | None, int | None]:
     d = parse_directives(text)
     if not d:
         return None, None
+    if "hold" in d:
+        await STATE.gate(d["hold"]).pass_through()
     if "sleep" in d:
         await asyncio.sleep(float(d["sleep"]))
     if "status" in d:
@@ -229,8 +275,28 @@ async def control_stats(request: Request) -> Response:
 
 
 async def control_reset(request: Request) -> Response:
-    STATE.reset()
+    gates = list(STATE.gates.values())
+    STATE.reset()  # new gates for what comes next; the old ones opened so that nothing held hangs
+    for gate in gates:
+        await gate.release(None)
     return json_response({"ok": True})
+
+
+async def control_held(request: Request) -> Response:
+    """``{name: {"waiting": N, "passed": M, "open": bool}}`` for every gate a request has reached."""
+    return json_response({name: {"waiting": g.waiting, "passed": g.passed, "open": g.is_open}
+                          for name, g in STATE.gates.items()})
+
+
+async def control_release(request: Request) -> Response:
+    body = orjson.loads(await request.body() or b"{}")
+    name, count = body.get("name"), body.get("count")
+    if name is None:
+        for gate in STATE.gates.values():
+            await gate.release(None)
+    else:
+        await STATE.gate(str(name)).release(None if count is None else int(count))
+    return await control_held(request)
 
 
 async def control_mode(request: Request) -> Response:
@@ -259,6 +325,8 @@ app = Starlette(routes=[
     Route("/control/requests", control_requests),
     Route("/control/stats", control_stats),
     Route("/control/reset", control_reset, methods=["POST"]),
+    Route("/control/held", control_held),
+    Route("/control/release", control_release, methods=["POST"]),
     Route("/control/mode", control_mode, methods=["POST"]),
 ])
 
@@ -284,6 +352,53 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # --- helpers for tests and benchmarks -------------------------------------------------------------
+
+
+class EngineControl:
+    """The test engine's control surface, for tests (the ``engine`` fixture) and benchmarks."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.root = url.removesuffix("/v1")
+
+    def reset(self) -> None:
+        httpx.post(self.root + "/control/reset", timeout=10).raise_for_status()
+
+    def requests(self) -> list[dict[str, Any]]:
+        return httpx.get(self.root + "/control/requests", timeout=10).json()
+
+    def stats(self) -> dict[str, Any]:
+        return httpx.get(self.root + "/control/stats", timeout=10).json()
+
+    def mode(self, **mode: Any) -> None:
+        httpx.post(self.root + "/control/mode", json=mode, timeout=10).raise_for_status()
+
+    # -- holding requests: a record whose text carries ``#hold=NAME`` waits until the test releases NAME ----------
+
+    def gates(self) -> dict[str, dict[str, Any]]:
+        """``{name: {"waiting": N, "passed": M, "open": bool}}`` for every gate a request has reached."""
+        return httpx.get(self.root + "/control/held", timeout=10).json()
+
+    def held(self, name: str) -> int:
+        """How many requests wait at ``name`` now."""
+        return self.gates().get(name, {}).get("waiting", 0)
+
+    def wait_held(self, name: str, n: int = 1, timeout: float = 60.0) -> None:
+        """Block until at least ``n`` requests wait at ``name``; the timeout is a bound for a broken run only."""
+        deadline = time.monotonic() + timeout
+        while (held := self.held(name)) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{held} requests held at {name!r} after {timeout}s, expected {n}: "
+                                     f"{self.gates()}")
+            time.sleep(0.02)
+
+    def release(self, name: str | None = None, count: int | None = None) -> None:
+        """Open ``name``'s gate (every gate reached so far if None) for good, or let only ``count`` through."""
+        body: dict[str, Any] = {} if name is None else {"name": name}
+        if count is not None:
+            body["count"] = count
+        httpx.post(self.root + "/control/release", json=body, timeout=10).raise_for_status()
+
 
 
 def start_test_engine(*extra_args: str, host: str = "127.0.0.1", timeout: float = 20.0) -> tuple[
