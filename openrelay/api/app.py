@@ -20,6 +20,7 @@ from ..service import files as file_service
 from ..service.auth import authenticate
 from ..types import ApiKey
 from .multipart import stream_form
+from .openapi import document_bytes
 
 __all__ = ["create_app"]
 
@@ -60,6 +61,12 @@ def create_app(rt: Runtime) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> Response:
         return _json({"status": "ok"})
+
+    openapi_document = document_bytes()
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        return Response(openapi_document, media_type="application/json")
 
     register_queue_depths(rt.batches.queue_depths)
 
