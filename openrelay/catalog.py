@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import InvalidRequest
+from .errors import CatalogError
 
 __all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "ToolLimits", "load_catalog", "parse_catalog"]
 
@@ -119,17 +119,17 @@ def _under(path: str, prefix: str) -> bool:
 def _model(raw: dict[str, Any]) -> ModelSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
-        raise InvalidRequest("catalog: every [[models]] needs a name")
+        raise CatalogError("catalog: every [[models]] needs a name")
     endpoints = tuple(raw.get("endpoints") or ("/v1/chat/completions",))
     for ep in endpoints:
         if ep not in ENDPOINTS:
-            raise InvalidRequest(f"catalog: model {name!r} names unsupported endpoint {ep!r}")
+            raise CatalogError(f"catalog: model {name!r} names unsupported endpoint {ep!r}")
     engine = raw.get("engine")
     if not isinstance(engine, dict) or "kind" not in engine:
-        raise InvalidRequest(f"catalog: model {name!r} needs engine = {{ kind = ... }}")
+        raise CatalogError(f"catalog: model {name!r} needs engine = {{ kind = ... }}")
     slots, concurrency = int(raw.get("slots", 1)), int(raw.get("concurrency", 8))
     if slots < 1 or concurrency < 1:
-        raise InvalidRequest(f"catalog: model {name!r} needs slots and concurrency >= 1")
+        raise CatalogError(f"catalog: model {name!r} needs slots and concurrency >= 1")
     return ModelSpec(
         name=name,
         endpoints=endpoints,
@@ -145,14 +145,20 @@ def parse_catalog(text: str) -> Catalog:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidRequest(f"catalog: {exc}") from exc
+        raise CatalogError(f"catalog: {exc}") from exc
     pricing = {"standard": Decimal("0.5"), "expedited": Decimal("0.75")}
     pricing.update({k: Decimal(str(v)) for k, v in (raw.get("pricing") or {}).items()})
-    models = [_model(m) for m in raw.get("models", [])]
+    try:
+        models = [_model(m) for m in raw.get("models", [])]
+    except (TypeError, ValueError, ArithmeticError, AttributeError) as exc:  # a field of the wrong type
+        raise CatalogError(f"catalog: a [[models]] entry has a field of the wrong type: {exc}") from exc
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise CatalogError(f"catalog: a model name appears twice: {sorted(n for n in names if names.count(n) > 1)[0]}")
     tools = raw.get("tools") or {}
     for entry in tools.get("allow", ()):
         if not isinstance(entry, str) or _url_origin_path(entry) is None:
-            raise InvalidRequest(f"catalog: [tools] allow entry {entry!r} is not an http(s) URL without userinfo")
+            raise CatalogError(f"catalog: [tools] allow entry {entry!r} is not an http(s) URL without userinfo")
     return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=tuple(tools.get("allow", ())),
                    tool_limits=_tool_limits(tools))
 
@@ -165,7 +171,7 @@ def _tool_limits(tools: dict[str, Any]) -> ToolLimits:
         max_output_bytes=int(tools.get("max_output_bytes", defaults.max_output_bytes)),
     )
     if min(limits.call_timeout_seconds, limits.record_timeout_seconds, limits.max_output_bytes) <= 0:
-        raise InvalidRequest("catalog: [tools] timeouts and max_output_bytes must be positive")
+        raise CatalogError("catalog: [tools] timeouts and max_output_bytes must be positive")
     return limits
 
 
@@ -174,5 +180,8 @@ def load_catalog(path: Path | None) -> Catalog:
     if path is None:
         text = resources.files("openrelay").joinpath("builtin_catalog.toml").read_text()
     else:
-        text = Path(path).read_text()
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CatalogError(f"catalog: cannot read {path}: {exc}") from exc
     return parse_catalog(text)

@@ -14,7 +14,8 @@ the API renders them with one function (``api.render``) into the OpenAI envelope
     ├── NotFound                         404 not_found
     ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
     ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
-    └── StoreError                       500 store_error             a database or blob failure, translated
+    ├── StoreError                       500 store_error             a database or blob failure, translated
+    └── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
 
 Driver exceptions (SQLAlchemy, OS errors of the blob store, httpx) are translated at the boundary of the module
 that owns the driver; nothing above ``store/``, ``blobs/`` or ``engines/`` sees them.
@@ -37,6 +38,7 @@ __all__ = [
     "Conflict",
     "UnprocessableEntity",
     "StoreError",
+    "CatalogError",
 ]
 
 
@@ -123,3 +125,10 @@ class StoreError(OpenRelayError):
     status = 500
     type = "server_error"
     code = "store_error"
+
+
+class CatalogError(OpenRelayError):
+    """The catalog is unusable (a missing field, an unknown engine kind, a model file that is not there). Found
+    when ``orl serve`` or ``orl worker`` starts, which then exits with this message; never met by a batch."""
+
+    code = "invalid_catalog"

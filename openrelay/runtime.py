@@ -8,6 +8,7 @@ from .blobs.base import BlobStore
 from .blobs.local import LocalBlobStore
 from .catalog import Catalog, load_catalog
 from .config import Settings
+from .engines.factory import check_engines
 from .store.accounts import Accounts
 from .store.batches import Batches
 from .store.db import Database
@@ -42,6 +43,9 @@ def open_store(database_url: str) -> tuple[Database, Accounts]:
 
 
 def open_runtime(settings: Settings) -> Runtime:
+    """Raises ``CatalogError`` before touching the store when the catalog is unusable."""
+    catalog = load_catalog(settings.catalog_path)
+    check_engines(catalog)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.database_url)
     db.migrate()
@@ -55,5 +59,5 @@ def open_runtime(settings: Settings) -> Runtime:
                                     claim_seconds=settings.idempotency_claim_seconds),
         results=Results(db),
         blobs=LocalBlobStore(settings.blob_dir),
-        catalog=load_catalog(settings.catalog_path),
+        catalog=catalog,
     )

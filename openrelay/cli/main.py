@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -43,7 +45,8 @@ def serve(
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
                               window_seconds=window_seconds)
-    run_server(settings, host=host, port=port, with_worker=with_worker)
+    with _refusing_bad_catalogs():
+        run_server(settings, host=host, port=port, with_worker=with_worker)
 
 
 @app.command()
@@ -59,7 +62,20 @@ def worker(
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
                               window_seconds=window_seconds)
-    run_worker(settings)
+    with _refusing_bad_catalogs():
+        run_worker(settings)
+
+
+@contextlib.contextmanager
+def _refusing_bad_catalogs() -> Iterator[None]:
+    """A catalog the process cannot start with: its message on stderr and exit 2, not a traceback."""
+    from ..errors import CatalogError
+
+    try:
+        yield
+    except CatalogError as exc:
+        typer.echo(f"orl: {exc.message}", err=True)
+        raise typer.Exit(2) from None
 
 
 def main() -> None:

@@ -1,12 +1,90 @@
-"""Builds the engine a catalog model names. The only place engines are constructed."""
+"""Builds the engine a catalog model names. The only place engines are constructed, and where their settings are
+checked: ``check_engines`` runs when a process starts, so a catalog with a missing ``base_url``, an unknown kind or a
+model file that is not there stops ``orl serve`` with a clear message instead of failing batches at run time."""
 
 from __future__ import annotations
 
-from ..catalog import ModelSpec
-from ..errors import InvalidRequest
-from .base import Engine
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["build_engine"]
+from ..catalog import Catalog, ModelSpec
+from ..errors import CatalogError
+from .base import Engine
+from .packaged import packaged_file
+
+__all__ = ["build_engine", "check_engines", "ENGINE_KINDS"]
+
+
+def _check_openai(config: dict[str, Any]) -> None:
+    base_url = config.get("base_url")
+    parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"needs base_url, an http(s) URL (got {base_url!r})")
+    for name in ("served_model", "api_key_env"):
+        if name in config and not isinstance(config[name], str):
+            raise ValueError(f"{name} must be a string")
+    for name in ("timeout_seconds", "connect_timeout_seconds"):
+        if name in config and not (isinstance(config[name], int | float) and config[name] > 0):
+            raise ValueError(f"{name} must be a positive number")
+
+
+def _model_file(config: dict[str, Any], name: str) -> None:
+    value = config.get(name)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"needs {name}, a file path or package:file")
+    try:
+        path = packaged_file(value)
+    except FileNotFoundError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if not path.is_file():
+        raise ValueError(f"{name}: model file {str(path)!r} does not exist")
+
+
+def _positive_ints(config: dict[str, Any], *names: str) -> None:
+    for name in names:
+        if name in config and not (type(config[name]) is int and config[name] > 0):
+            raise ValueError(f"{name} must be a positive integer")
+
+
+def _check_llama(config: dict[str, Any]) -> None:
+    _model_file(config, "gguf")
+    _positive_ints(config, "n_ctx", "max_tokens")
+
+
+def _check_onnx(config: dict[str, Any]) -> None:
+    _model_file(config, "onnx")
+    _model_file(config, "tokenizer")
+    _positive_ints(config, "max_input_tokens")
+
+
+def _check_rapidocr(config: dict[str, Any]) -> None:
+    if importlib.util.find_spec("rapidocr") is None:
+        raise ValueError("needs the rapidocr package, which is not installed")
+    _positive_ints(config, "max_image_pixels")
+
+
+ENGINE_KINDS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "openai": _check_openai,
+    "llama-cpp": _check_llama,
+    "onnx-embeddings": _check_onnx,
+    "rapidocr": _check_rapidocr,
+}
+
+
+def check_engines(catalog: Catalog) -> None:
+    """Raise ``CatalogError`` naming the first model whose engine settings are unusable."""
+    for spec in catalog.models.values():
+        kind = spec.engine.get("kind")
+        check = ENGINE_KINDS.get(kind) if isinstance(kind, str) else None
+        if check is None:
+            raise CatalogError(f"catalog: model {spec.name!r} has unknown engine kind {kind!r} "
+                               f"(known: {', '.join(ENGINE_KINDS)})")
+        try:
+            check(spec.engine)
+        except ValueError as exc:
+            raise CatalogError(f"catalog: model {spec.name!r} (engine {kind}) {exc}") from None
 
 
 def build_engine(spec: ModelSpec) -> Engine:
@@ -27,4 +105,4 @@ def build_engine(spec: ModelSpec) -> Engine:
         from .rapid_ocr import RapidOcrEngine
 
         return RapidOcrEngine(spec.engine, concurrency=spec.concurrency, model_name=spec.name)
-    raise InvalidRequest(f"catalog: model {spec.name!r} has unknown engine kind {kind!r}")
+    raise CatalogError(f"catalog: model {spec.name!r} has unknown engine kind {kind!r}")
