@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from .base import EngineReply, error_body
+from .base import EngineReply, EngineUnavailable, error_body
 from .packaged import packaged_file as resolve_gguf  # ``package:file.gguf``: a model shipped inside a package
 from .threads import EngineThreads
 
@@ -21,6 +21,7 @@ __all__ = ["LlamaCppEngine", "resolve_gguf"]
 # Sampling fields of a chat completion body that llama.cpp understands; others are ignored.
 _PASSED = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "response_format",
            "logit_bias", "logprobs", "top_logprobs")
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class LlamaCppEngine:
@@ -53,25 +54,62 @@ class LlamaCppEngine:
         if endpoint != "/v1/chat/completions":
             return EngineReply(400, error_body(f"{self.model_name} serves only /v1/chat/completions"))
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return EngineReply(400, error_body("messages: field required"))
+        problem = _messages_problem(messages)
+        if problem is not None:
+            return EngineReply(400, error_body(problem))
         kwargs = {k: body[k] for k in _PASSED if k in body}
-        kwargs["max_tokens"] = body.get("max_completion_tokens") or body.get("max_tokens") or \
-            self.default_max_tokens
-        pool = await self._pool()
-        llama = await pool.get()
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
+        if type(max_tokens) is not int or max_tokens < 1:
+            return EngineReply(400, error_body(f"max_tokens must be a positive integer (got {max_tokens!r:.50})"))
+        kwargs["max_tokens"] = max_tokens
         try:
-            result = await self._threads.run(llama.create_chat_completion, messages=messages, **kwargs)
-        except (ValueError, TypeError, KeyError) as exc:
-            return EngineReply(400, error_body(str(exc)))
-        finally:
-            pool.put_nowait(llama)
+            pool = await self._pool()
+        except Exception as exc:  # noqa: BLE001 - a model that cannot load: the gate treats it as an outage
+            raise EngineUnavailable(f"{self.model_name} could not be loaded: {exc}") from exc
+        llama = await pool.get()
+        run = self._threads.submit(llama.create_chat_completion, messages=messages, **kwargs)
+        # The context goes back to the pool only once its thread is done with it, even when this call is
+        # cancelled while the thread still runs: two threads must never share one context.
+        run.add_done_callback(lambda done: _give_back(pool, llama, done))
+        try:
+            result = await asyncio.shield(run)
+        except Exception as exc:  # noqa: BLE001 - llama.cpp's chat template and sampler raise many kinds
+            return EngineReply(400, error_body(f"{exc.__class__.__name__}: {exc}"[:2000]))
         result["id"] = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         result["created"] = int(time.time())
         return EngineReply(200, result)
 
     async def healthy(self) -> bool:
+        """Alive while its model loads (or loaded); a model file that fails to load is an outage."""
+        try:
+            await self._pool()
+        except Exception:  # noqa: BLE001
+            return False
         return True
+
+
+def _give_back(pool: asyncio.Queue[Any], llama: Any, run: asyncio.Future[Any]) -> None:
+    if not run.cancelled():
+        run.exception()  # retrieved: a caller cancelled meanwhile would leave it "never retrieved"
+    pool.put_nowait(llama)
+
+
+def _messages_problem(messages: Any) -> str | None:
+    """What an OpenAI server would say of a malformed ``messages`` list, or None."""
+    if not isinstance(messages, list) or not messages:
+        return "messages: field required (a non-empty list)"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"messages[{i}]: must be an object"
+        role = message.get("role")
+        if role not in _ROLES:
+            return f"messages[{i}].role: must be one of {', '.join(_ROLES)} (got {str(role)[:50]!r})"
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            return f"messages[{i}].content: must be a string or a list of content parts"
+        if content is None and role != "assistant":
+            return f"messages[{i}].content: field required"
+    return None
 
     async def aclose(self) -> None:
         self._idle = None

@@ -28,10 +28,15 @@ class EngineThreads:
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on one of the engine's threads, as ``asyncio.to_thread`` runs it (context too)."""
+        return await self.submit(fn, *args, **kwargs)
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+        """Like ``run``, but the future itself: cancelling an await of it does not stop the thread, so a caller that
+        lends the thread something (a model context) can wait for the future's end before taking it back."""
         if self._pool is None:  # made on first use, and again after close: an engine may be used after aclose
             self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self._name)
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        return asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
         """Without waiting: a run in progress finishes on its own, and nothing queued behind it starts."""
