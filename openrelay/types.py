@@ -139,6 +139,7 @@ class Batch:
     started: bool = False
     lease_owner: str | None = None
     lease_expires_at: float | None = None
+    run_failures: int = 0
 
     @property
     def terminal(self) -> bool:

@@ -32,17 +32,22 @@ class LocalBlobStore:
     @contextlib.contextmanager
     def writer(self, key: str) -> Iterator[BinaryIO]:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        except OSError as exc:
+            raise StoreError(f"cannot write blob {key!r}: {exc}") from exc
         try:
             with os.fdopen(fd, "wb", buffering=1 << 20) as out:
                 yield out
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot write blob {key!r}: {exc}") from exc
             raise
 
     @contextlib.contextmanager

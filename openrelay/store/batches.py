@@ -32,7 +32,7 @@ def batch_from_row(row: Row) -> Batch:
             "priority", "model", "created_at", "expires_at", "in_progress_at", "finalizing_at", "completed_at",
             "failed_at", "expired_at", "cancelling_at", "cancelled_at", "output_file_id", "error_file_id",
             "total", "completed", "failed", "rejected_count", "rejections_file_id", "input_tokens",
-            "output_tokens", "cost_nano_usd", "lease_owner", "lease_expires_at")},
+            "output_tokens", "cost_nano_usd", "lease_owner", "lease_expires_at", "run_failures")},
         status=BatchStatus(m["status"]),
         errors=orjson.loads(m["errors"]) if m["errors"] else None,
         metadata=orjson.loads(m["metadata"]) if m["metadata"] is not None else None,
@@ -105,7 +105,8 @@ class Batches:
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.org_id == org_id,
                 batches.c.status.in_(("validating", "in_progress", "finalizing")),
-            ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now()))
+            ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
+                      retry_at=None))  # a batch backing off after a failed run settles its cancel at once
         batch = self.get(org_id, batch_id)
         if done.rowcount == 0 and batch.terminal:
             raise Conflict(f"Cannot cancel a batch with status '{batch.status.value}'.", code="batch_terminal")
@@ -148,19 +149,19 @@ class Batches:
         models = list(slots)
         with self.db.write() as conn:
             row = conn.execute(sa.select(batches.c.id).where(
-                batches.c.status.in_(LIVE), free, batches.c.id.not_in(busy),
+                batches.c.status.in_(LIVE), free, batches.c.id.not_in(busy), _ready(clock),
                 sa.or_(batches.c.started.is_(True), batches.c.status != BatchStatus.IN_PROGRESS.value,
                        batches.c.expires_at <= int(clock), batches.c.model.not_in(models)),
             ).order_by(batches.c.created_ns).limit(1)).first()
             if row is None:
-                row = self._next_queued(conn, slots)
+                row = self._next_queued(conn, slots, clock)
             if row is None:
                 return None
             conn.execute(batches.update().where(batches.c.id == row.id).values(
                 lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
 
-    def _next_queued(self, conn: Connection, slots: dict[str, int]) -> Row | None:
+    def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
             running = conn.execute(sa.select(sa.func.count()).where(
@@ -169,7 +170,7 @@ class Batches:
                 continue
             row = conn.execute(sa.select(batches.c.id).where(
                 batches.c.model == model, batches.c.started.is_(False),
-                batches.c.status == BatchStatus.IN_PROGRESS.value,
+                batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),
             ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), batches.c.created_ns)
               .limit(1)).first()
             if row is not None:
@@ -196,6 +197,14 @@ class Batches:
                 return None
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
 
+    def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
+        """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)
+        until ``delay`` seconds from now."""
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                         .values(lease_owner=None, lease_expires_at=None, started=False, run_failures=failures,
+                                 retry_at=time.time() + delay))
+
     def release(self, batch_id: str, worker_id: str) -> None:
         with self.db.write() as conn:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
@@ -213,6 +222,11 @@ class Batches:
                 batches.c.id == batch_id, batches.c.lease_owner == worker_id,
                 batches.c.status == BatchStatus.IN_PROGRESS.value,
             ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now()))
+
+
+def _ready(clock: float) -> sa.ColumnElement[bool]:
+    """Not waiting out the backoff after a failed run."""
+    return sa.or_(batches.c.retry_at.is_(None), batches.c.retry_at <= clock)
 
 
 def _tags(metadata: dict[str, str] | None) -> set[str]:

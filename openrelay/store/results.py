@@ -89,11 +89,13 @@ class Results:
                              .values(spent_nano_usd=api_keys.c.spent_nano_usd + chunk.cost_nano_usd))
 
     def settle(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
-               error: ResultFile | None, org_id: str, unrun: int, errors: list[dict] | None = None) -> None:
+               error: ResultFile | None, org_id: str, unrun: int | None,
+               errors: list[dict] | None = None) -> None:
         """Write the result files' rows and move the batch to its terminal status, releasing the lease.
 
         ``unrun`` records never ran (cancelled, expired or failed batch): they count as failed here, in the
-        same transaction, so a settle retried after a crash cannot count them twice.
+        same transaction, so a settle retried after a crash cannot count them twice. None: every record without
+        a line (a batch ended without its files).
         """
         stamp = now()
         with self.db.write() as conn:
@@ -105,10 +107,11 @@ class Results:
                          unrun=unrun, errors=errors, stamp=stamp)
 
     def _settle(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
-                output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int,
+                output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,
                 errors: list[dict] | None, stamp: int) -> None:
+        failed = batches.c.total - batches.c.completed if unrun is None else batches.c.failed + unrun
         values: dict = {"status": status.value, "lease_owner": None, "lease_expires_at": None,
-                        f"{status.value}_at": stamp, "failed": batches.c.failed + unrun}
+                        f"{status.value}_at": stamp, "failed": failed, "retry_at": None}
         if status is not BatchStatus.FAILED:
             values["finalizing_at"] = sa.func.coalesce(batches.c.finalizing_at, stamp)
         if errors is not None:

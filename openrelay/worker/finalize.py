@@ -1,19 +1,25 @@
 """Settling a batch: compose its result files from the durable chunks and give it its terminal status.
 
 Safe to run again after a crash at any point: every blob it writes is rewritten whole, and the status, file
-rows and counts change in one transaction at the very end.
+rows and counts change in one transaction at the very end. ``end_failed_batch`` ends a batch whose runs kept
+failing, even when its files cannot be composed.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
-from ..store.results import ResultFile
+from ..store.results import LeaseLost, ResultFile
 from ..types import Batch, BatchStatus
-from .inputs import chunk_key, error_key, output_key, pending_records, read_rejections, tail_key
+from .inputs import Unreadable, chunk_key, error_key, output_key, pending_records, read_rejections, tail_key
 from .lines import rejection_line, unrun_line
 
-__all__ = ["settle_batch"]
+__all__ = ["settle_batch", "end_failed_batch"]
+
+log = logging.getLogger("openrelay.worker")
 
 _UNRUN_CODE = {
     BatchStatus.CANCELLED: "batch_cancelled",
@@ -24,6 +30,7 @@ _UNRUN_CODE = {
 
 def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
                  errors: list[dict] | None = None) -> None:
+    """``status`` is what ends the batch; an expiry that finds no record left unrun ends it ``completed``."""
     chunks = rt.results.chunks(batch.id)
     rejections = read_rejections(rt.blobs, batch)
     settled = {line for chunk in chunks for line in chunk.lines}
@@ -35,8 +42,11 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
         if status is not BatchStatus.COMPLETED:
             code = _UNRUN_CODE[status]
             for _line, record in pending_records(rt.blobs, batch, skip, rt.settings.max_line_bytes):
-                tail.write(unrun_line(record["custom_id"], code))
+                custom_id = record.custom_id if isinstance(record, Unreadable) else record["custom_id"]
+                tail.write(unrun_line(custom_id, code))
                 unrun += 1
+    if status is BatchStatus.EXPIRED and not unrun:
+        status = BatchStatus.COMPLETED  # the window passed after the last record got its line
     output = error = None
     if any(c.completed for c in chunks):
         size = rt.blobs.compose(output_key(batch.id), [c.out_key for c in chunks if c.out_key])
@@ -55,3 +65,25 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
     rt.blobs.delete(tail_key(batch.id))
     for file_key in rt.files.orphaned_batch_blobs(batch):
         rt.blobs.delete(file_key)
+
+
+def end_failed_batch(rt: Runtime, worker_id: str, batch: Batch, why: str) -> None:
+    """End a batch whose runs kept failing: ``failed`` with ``errors`` saying why, or the end the user or the window
+    asked for (cancelled, expired). With its files if they can be composed, else without them, every record
+    without a line counted as failed, so a broken input or blob cannot keep the batch alive."""
+    if batch.status is BatchStatus.CANCELLING:
+        status = BatchStatus.CANCELLED
+    elif time.time() >= batch.expires_at:
+        status = BatchStatus.EXPIRED
+    else:
+        status = BatchStatus.FAILED
+    errors = [{"code": "batch_run_failed", "message": why[:1000], "param": None, "line": None}]
+    try:
+        settle_batch(rt, worker_id, batch, status, errors)
+        return
+    except LeaseLost:
+        raise
+    except Exception:
+        log.exception("batch %s: its result files cannot be composed; ending it without them", batch.id)
+    rt.results.settle(batch.id, worker_id, status=status, output=None, error=None, org_id=batch.org_id,
+                      unrun=None, errors=errors)

@@ -1,13 +1,16 @@
-"""Engine outages: one gate per model in each worker process, shared by every batch of that model it runs.
+"""The engine gate: the one home of the retry and outage policy, one gate per model in each worker process, shared
+by every batch of that model it runs.
 
-A record whose retries run out is not failed at once: the gate first asks whether the engine itself is down.
-It is down when its health probe gets no answer (or a 5xx), or when no call to it has succeeded since the record
-started while other records failed too (an engine answering 5xx or 429 to everything). Then the gate closes:
-every lane of the model waits at it, nothing is sent, and no record uses up attempts. It probes again after a
-backoff that doubles up to a cap and opens when the probe passes; any answer that is not a failure resets the
-backoff. A record fails with its engine's error only when the engine is otherwise answering, so one broken
-record cannot pause a model, and an outage cannot burn a batch: what it costs is time in the window. One limit:
-an engine that passes its probe yet fails every call ("sick") is waited for at most ``sick_engine_seconds`` per
+``answer`` sends one request and returns the engine's final reply. 408, 429, 5xx and no answer at all are retried
+with backoff. When a record's attempts run out the gate asks whether the engine itself is down before failing it:
+- **down**: its health probe gets no answer (or a 5xx);
+- **sick**: the probe passes, but no call sent after this record's first failure has succeeded while other records
+  fail too (an engine answering 500 to everything while its ``/v1/models`` is up).
+Then the gate closes: every lane of the model waits at it, nothing is sent, and no record uses up attempts. It
+probes again after a backoff that doubles up to a cap and opens when the probe passes; any answer that is not a
+failure resets the backoff. A record fails with its engine's error only when the engine answers others meanwhile
+(or it is the only record failing), so one broken record cannot pause a model, and an outage cannot burn a batch:
+what it costs is time in the window. One limit: a sick engine is waited for at most ``sick_engine_seconds`` per
 record, since that is also what records it can never serve look like (a model that fails to load, say).
 """
 
@@ -16,16 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from ..config import Settings
-from ..engines.base import Engine, EngineReply
-from ..metrics import ENGINE_IN_FLIGHT, ENGINE_UP
+from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
+from ..metrics import ENGINE_IN_FLIGHT, ENGINE_RETRIES, ENGINE_UP
 
-__all__ = ["EngineGate", "Outage"]
+__all__ = ["EngineGate", "Outage", "Stopped", "StopReason"]
 
 Outage = Literal["down", "sick"]
+StopReason = Literal["lost", "cancelled", "expired"]
 
 log = logging.getLogger("openrelay.worker")
 
@@ -34,13 +40,26 @@ log = logging.getLogger("openrelay.worker")
 _in_flight: dict[str, int] = {}
 
 
+class Stopped(Exception):
+    """A record left unanswered because its batch stops: its lease was lost (at once), or it was cancelled or ran
+    out of its window while the engine was not answering."""
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _retryable(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
 class EngineGate:
     def __init__(self, model: str, engine: Engine, settings: Settings) -> None:
         self.model = model
         self.engine = engine
         self.settings = settings
-        self.answered = 0  # calls answered with anything but a retryable failure, ever
         self.failing = 0  # records now between their first retryable failure and their final answer
+        self._last_ok_sent = 0.0  # monotonic send time of the latest-sent call that got a non-failure answer
         self._open = asyncio.Event()
         self._open.set()
         self._backoff = settings.outage_base_seconds
@@ -55,30 +74,78 @@ class EngineGate:
     def is_open(self) -> bool:
         return self._open.is_set()
 
-    async def wait_open(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the engine to be usable (callers look at ``is_open`` after)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._open.wait(), timeout=max(timeout, 0.0))
+    async def answer(self, endpoint: str, body: dict[str, Any],
+                     stop_reason: Callable[[], StopReason | None]) -> EngineReply:
+        """The engine's final answer to one request. Raises ``Stopped`` when the lease is lost, or when the batch
+        is cancelled or out of its window while the gate is closed; a started record otherwise finishes."""
+        attempt = 0
+        first_failure: float | None = None
+        sick_since: float | None = None
+        try:
+            while True:
+                await self._wait_until_open(stop_reason)
+                sent = time.monotonic()
+                reply = await self._send(endpoint, body)
+                if not _retryable(reply.status_code):
+                    self._last_ok_sent = max(self._last_ok_sent, sent)
+                    self._backoff = self.settings.outage_base_seconds
+                    return reply
+                if stop_reason() == "lost":
+                    raise Stopped("lost")
+                if first_failure is None:
+                    first_failure = time.monotonic()
+                    self.failing += 1
+                attempt += 1
+                if attempt < self.settings.retry_attempts:
+                    ENGINE_RETRIES.labels(self.model).inc()
+                    await asyncio.sleep(self._retry_delay(attempt))
+                    continue
+                outage = await self._outage(first_failure)
+                if outage is None:
+                    return reply
+                if outage == "sick":
+                    sick_since = sick_since if sick_since is not None else time.monotonic()
+                    if time.monotonic() - sick_since >= self.settings.sick_engine_seconds:
+                        return reply
+                attempt = 0
+        finally:
+            if first_failure is not None:
+                self.failing -= 1
 
-    async def call(self, endpoint: str, body: dict) -> EngineReply:
+    def _retry_delay(self, attempt: int) -> float:
+        delay = min(self.settings.retry_max_seconds, self.settings.retry_base_seconds * 2 ** (attempt - 1))
+        return delay * random.uniform(0.5, 1.0)
+
+    async def _send(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         _in_flight[self.model] += 1
         try:
             return await self.engine.call(endpoint, body)
+        except EngineUnavailable as exc:
+            return EngineReply(503, error_body(exc.message, type_="server_error", code="engine_unavailable"))
         finally:
             _in_flight[self.model] -= 1
 
-    def answered_ok(self) -> None:
-        self.answered += 1
-        self._backoff = self.settings.outage_base_seconds
+    async def _wait_until_open(self, stop_reason: Callable[[], StopReason | None]) -> None:
+        while True:
+            reason = stop_reason()
+            if reason == "lost":
+                raise Stopped(reason)
+            if self._open.is_set():
+                return
+            if reason is not None:
+                raise Stopped(reason)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._open.wait(), timeout=self.settings.tick_seconds)
 
-    async def outage(self, answered_before: int) -> Outage | None:
-        """A record ran out of attempts: is the engine down (close the gate; "down" when its probe fails,
-        "sick" when it passes but every call fails), or is the record at fault (None)?"""
+    async def _outage(self, first_failure: float) -> Outage | None:
+        """A record ran out of attempts: is the engine down or sick (close the gate), or is the record at fault
+        (None)? Only calls sent after the record's first failure tell: an answer to a call sent earlier may
+        land after an engine turned sick."""
         if not self._open.is_set():
             return self._reason
         if not await self.engine.healthy():
             self._close("down")
-        elif self.answered == answered_before and self.failing >= 2:
+        elif self._last_ok_sent <= first_failure and self.failing >= 2:
             self._close("sick")
         else:
             return None

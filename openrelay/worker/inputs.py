@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -12,8 +13,8 @@ from ..blobs.base import BlobStore
 from ..types import Batch, Rejection
 from ..validation.lines import numbered_lines
 
-__all__ = ["rejections_key", "read_rejections", "pending_records", "chunk_key", "output_key", "error_key",
-           "tail_key"]
+__all__ = ["rejections_key", "read_rejections", "pending_records", "Unreadable", "chunk_key", "output_key",
+           "error_key", "tail_key"]
 
 
 def rejections_key(batch_id: str) -> str:
@@ -43,8 +44,17 @@ def read_rejections(blobs: BlobStore, batch: Batch) -> list[Rejection]:
         return [Rejection(**orjson.loads(raw)) for raw in handle if raw.strip()]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Unreadable:
+    """An accepted record this worker cannot decode (a batch created before the create refused what it holds):
+    it ends as an error line of its own instead of stopping the batch."""
+
+    custom_id: str
+    message: str
+
+
 def pending_records(blobs: BlobStore, batch: Batch, skip: set[int],
-                    max_line_bytes: int) -> Iterator[tuple[int, dict[str, Any]]]:
+                    max_line_bytes: int) -> Iterator[tuple[int, dict[str, Any] | Unreadable]]:
     """(line, record) of every accepted record whose line is not in ``skip``, in input order."""
     with blobs.open(batch.input_blob_key) as handle:
         for line, raw in numbered_lines(handle, max_line_bytes):
@@ -57,8 +67,22 @@ def _load(raw: bytes) -> Any:
     reads it here too (they differ at the edges, e.g. nesting depth)."""
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        first = exc
+    try:
         return _generic_decode(raw)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        pass
+    try:
+        custom_id = _custom_id_decode(raw).custom_id
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        custom_id = ""
+    return Unreadable(custom_id=custom_id, message=f"the record cannot be read: {first}")
+
+
+class _CustomIdOnly(msgspec.Struct):
+    custom_id: str = ""
 
 
 _generic_decode = msgspec.json.Decoder().decode
+_custom_id_decode = msgspec.json.Decoder(_CustomIdOnly).decode

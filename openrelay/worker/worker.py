@@ -14,8 +14,9 @@ import time
 
 from ..engines.factory import build_engine
 from ..runtime import Runtime
+from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
-from .finalize import settle_batch
+from .finalize import end_failed_batch, settle_batch
 from .gate import EngineGate
 from .run import BatchRun
 
@@ -68,9 +69,28 @@ class Worker:
     async def _handle(self, batch: Batch) -> None:
         try:
             await self._act(batch)
-        except Exception:
-            log.exception("batch %s: worker failed; releasing it for a retry", batch.id)
-            await asyncio.to_thread(self.rt.batches.release, batch.id, self.worker_id)
+        except LeaseLost:
+            log.warning("batch %s: lease lost while settling; another worker takes it", batch.id)
+        except Exception as exc:
+            try:
+                await asyncio.to_thread(self._run_failed, batch, exc)
+            except Exception:  # the store is away too: the lease lapses and a later claim tries again
+                log.exception("batch %s: recording its failed run failed", batch.id)
+
+    def _run_failed(self, batch: Batch, exc: Exception) -> None:
+        """A run that failed for a reason of its own (not one record's): retried after a backoff that doubles,
+        the batch back in its queue meanwhile so it holds no slot; after ``run_attempts`` runs it ends."""
+        settings = self.rt.settings
+        failures = batch.run_failures + 1
+        why = f"{exc.__class__.__name__}: {exc}"
+        log.error("batch %s: run %d of %d failed: %s", batch.id, failures, settings.run_attempts, why,
+                  exc_info=exc if failures == 1 else None)
+        if failures >= settings.run_attempts:
+            end_failed_batch(self.rt, self.worker_id, batch,
+                             f"the batch could not be run ({failures} attempts); the last error: {why}")
+            return
+        delay = min(settings.run_retry_max_seconds, settings.run_retry_base_seconds * 2 ** (failures - 1))
+        self.rt.batches.retry_later(batch.id, self.worker_id, failures=failures, delay=delay)
 
     async def _act(self, batch: Batch) -> None:
         spec = self.rt.catalog.models.get(batch.model)

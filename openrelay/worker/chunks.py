@@ -1,0 +1,150 @@
+"""Making a running batch's finished records durable: one writer per run, the only one that writes its chunks.
+
+Lanes hand finished records to ``add_output`` / ``add_error``; ``run`` writes them as the next chunk every
+``flush_seconds``, or as soon as ``flush_records`` are waiting (blobs first, then one transaction fenced by the
+lease: ``Results.commit_chunk``). A write that fails (the database or the blob store is down) keeps its chunk, same
+seq and same lines, and is tried again after a backoff that doubles up to ``store_retry_max_seconds``; the commit
+is idempotent per seq, so no record is dropped or counted twice. While a chunk cannot be written, lanes stop
+taking records once ``2 x flush_records`` are waiting (``wait_for_room``), so memory stays bounded however long
+the store is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..metrics import RECORDS
+from ..runtime import Runtime
+from ..store.results import Chunk, LeaseLost
+from ..types import Batch
+from .inputs import chunk_key
+
+__all__ = ["ChunkWriter"]
+
+log = logging.getLogger("openrelay.worker")
+
+
+@dataclass
+class _Pending:
+    lines: list[int] = field(default_factory=list)
+    out: list[bytes] = field(default_factory=list)
+    err: list[bytes] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: int = 0
+
+
+class ChunkWriter:
+    def __init__(self, rt: Runtime, batch: Batch, worker_id: str, *, last_seq: int, model: str) -> None:
+        self.rt = rt
+        self.batch = batch
+        self.worker_id = worker_id
+        self.model = model
+        self.settings = rt.settings
+        self._seq = last_seq
+        self._pending = _Pending()
+        self._unwritten: tuple[int, _Pending] | None = None  # a chunk whose write failed, written again as is
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closing = False
+
+    # -- the lanes' side ---------------------------------------------------------------------------------------
+
+    def add_output(self, line: int, data: bytes, *, prompt_tokens: int, completion_tokens: int, cost: int) -> None:
+        pending = self._pending
+        pending.out.append(data)
+        pending.input_tokens += prompt_tokens
+        pending.output_tokens += completion_tokens
+        pending.cost += cost
+        self._added(line)
+
+    def add_error(self, line: int, data: bytes) -> None:
+        self._pending.err.append(data)
+        self._added(line)
+
+    def _added(self, line: int) -> None:
+        self._pending.lines.append(line)
+        if len(self._pending.lines) >= self.settings.flush_records and self._unwritten is None:
+            self._wake.set()  # not while a failed write backs off: the backlog waits for it
+        if self.backlog >= 2 * self.settings.flush_records:
+            self._room.clear()
+
+    @property
+    def backlog(self) -> int:
+        """Finished records not yet durable."""
+        return len(self._pending.lines) + (len(self._unwritten[1].lines) if self._unwritten else 0)
+
+    async def wait_for_room(self, timeout: float) -> bool:
+        """Whether a lane may take another record; waits up to ``timeout`` while the backlog is full."""
+        if not self._room.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), timeout)
+        return self._room.is_set()
+
+    # -- the writer's side ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """No more records will come: ``run`` returns once everything is durable."""
+        self._closing = True
+        self._wake.set()
+
+    async def run(self, lost: Callable[[], bool]) -> None:
+        """Write chunks until closed and drained. Raises ``LeaseLost`` when the commit's fence says so, or when a
+        write keeps failing and ``lost()`` says the lease may have lapsed meanwhile."""
+        delay = self.settings.flush_seconds
+        failures = 0
+        while True:
+            if failures or not self._closing:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+            self._wake.clear()
+            if await self._write_next():
+                failures, delay = 0, self.settings.flush_seconds
+                if self._closing and not self.backlog:
+                    return
+                continue
+            failures += 1
+            if lost():
+                raise LeaseLost(f"batch {self.batch.id}: results could not be written before the lease lapsed")
+            delay = min(self.settings.store_retry_max_seconds, self.settings.flush_seconds * 2 ** failures)
+
+    async def _write_next(self) -> bool:
+        """Write the unwritten chunk, else the pending records as a new one. False when the write failed."""
+        if self._unwritten is None:
+            if not self._pending.lines:
+                return True
+            self._seq += 1
+            self._unwritten, self._pending = (self._seq, self._pending), _Pending()
+        seq, pending = self._unwritten
+        try:
+            await asyncio.to_thread(self._write_chunk, seq, pending)
+        except LeaseLost:
+            raise
+        except Exception as exc:  # the store or the blob store is away: keep the chunk, try again later
+            log.warning("batch %s: writing results failed (%d records; %s: %s); retrying with backoff",
+                        self.batch.id, len(pending.lines), exc.__class__.__name__, exc)
+            return False
+        self._unwritten = None
+        if self.backlog < 2 * self.settings.flush_records:
+            self._room.set()
+        return True
+
+    def _write_chunk(self, seq: int, pending: _Pending) -> None:
+        out_key = err_key = None
+        for lines, kind in ((pending.out, "out"), (pending.err, "err")):
+            if lines:
+                key = chunk_key(self.batch.id, seq, kind)
+                with self.rt.blobs.writer(key) as handle:
+                    handle.write(b"".join(lines))
+                out_key, err_key = (key, err_key) if kind == "out" else (out_key, key)
+        chunk = Chunk(seq=seq, out_key=out_key, err_key=err_key, lines=pending.lines, completed=len(pending.out),
+                      failed=len(pending.err), input_tokens=pending.input_tokens,
+                      output_tokens=pending.output_tokens, cost_nano_usd=pending.cost)
+        self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
+        RECORDS.labels(self.model, "completed").inc(chunk.completed)
+        RECORDS.labels(self.model, "failed").inc(chunk.failed)
