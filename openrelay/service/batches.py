@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import orjson
 
 from ..catalog import ENDPOINTS
@@ -24,6 +25,13 @@ __all__ = ["create_batch", "get_batch", "list_batches", "cancel_batch", "replace
 
 WINDOWS = ("24h",)
 MAX_IDEMPOTENCY_KEY_BYTES = 512
+# The top-level fields of a create; any other is refused by name (OpenAI's "Unrecognized request argument").
+CREATE_FIELDS = ("input_file_id", "requests", "endpoint", "completion_window", "metadata", "priority")
+# Fields the OpenAI API documents that OpenRelay does not honor: refused with the reason, never ignored.
+UNSUPPORTED_FIELDS = {
+    "output_expires_after": "output_expires_after is not supported: result files are kept until they are deleted",
+}
+_SHOWN_FIELD = 256  # an unknown field's name is echoed up to this many characters
 
 
 def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | None = None) -> bytes:
@@ -33,7 +41,7 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | No
     Steps 1 to 3 of CONTRACT section 3 are here, the rest in ``_create``.
     """
     try:
-        body, bad_body = _json_object(raw), None
+        body, bad_body = _create_fields(raw), None
     except InvalidRequest as exc:
         # Section 3 puts 403, 402 and idempotency before anything of the request: a malformed body comes after.
         body, bad_body = {}, exc
@@ -86,7 +94,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
 
         result = scan_records(blocks, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records)
     else:
-        requests = body["requests"]
+        requests: list[msgspec.Raw] = body["requests"]
         result = scan_records(lambda: inline_lines(requests), endpoint=endpoint, catalog=rt.catalog,
                               max_records=rt.settings.max_records)
         input_file_id, blob_key = new_file_id(), ""
@@ -120,6 +128,57 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     return raw_answer
 
 
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_decode_requests = msgspec.json.Decoder(list[msgspec.Raw]).decode
+_decode_value = msgspec.json.Decoder().decode
+
+
+def _create_fields(raw: bytes) -> dict[str, Any]:
+    """The create's body: ``requests`` as the raw bytes of each request, every other known field decoded.
+
+    Each request is judged (and stored) from its own bytes, exactly like a line of an input file: a request
+    the parser refuses (``1e400``, say) is that request's ``invalid_json``, not the whole create's, and what
+    the request holds reaches the engine as sent (big integers keep their digits, nesting stays as deep).
+    An unknown field is kept undecoded: ``_check_fields`` refuses it by name.
+    """
+    try:
+        fields = _decode_fields(raw)
+    except msgspec.ValidationError:
+        raise InvalidRequest("request body must be a JSON object") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {_body_problem(raw, exc)}") from None
+    body: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name == "requests":
+            try:
+                body[name] = _decode_requests(value)
+            except (msgspec.DecodeError, RecursionError):
+                body[name] = None  # not a list: _check_fields says what requests must be
+        elif name in CREATE_FIELDS:
+            try:
+                body[name] = _decode_value(value)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                raise InvalidRequest(f"request body is not valid JSON: {name}: {_reason(exc)}",
+                                     param=name) from None
+        else:
+            body[name] = value
+    return body
+
+
+def _reason(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _body_problem(raw: bytes, exc: BaseException) -> str:
+    """What is wrong with a body msgspec refused. orjson says where (line and column), and says "no low
+    surrogate" where msgspec says "Input data was truncated"; it is asked only once the body is known bad."""
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError as orjson_exc:
+        return str(orjson_exc)
+    return _reason(exc)  # e.g. nesting orjson allows and msgspec does not
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
@@ -131,6 +190,12 @@ def _json_object(raw: bytes) -> dict[str, Any]:
 
 
 def _check_fields(body: dict[str, Any], priority: Any) -> tuple[str, dict[str, str] | None]:
+    for name in body:
+        if name in UNSUPPORTED_FIELDS:
+            raise InvalidRequest(UNSUPPORTED_FIELDS[name], param=name)
+        if name not in CREATE_FIELDS:
+            shown = name if len(name) <= _SHOWN_FIELD else name[:_SHOWN_FIELD - 3] + "..."
+            raise InvalidRequest(f"Unrecognized request argument supplied: {shown}", param=shown)
     endpoint = body.get("endpoint")
     if endpoint not in ENDPOINTS:
         raise InvalidRequest(f"endpoint must be one of: {', '.join(ENDPOINTS)}", param="endpoint")
@@ -173,7 +238,8 @@ def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult) -> No
     rt.files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
                  size=size, blob_key=blob_key)
     raise NoValidRecords(
-        f"all {result.total} records were rejected; see rejected_records",
+        f"all {result.total} records were rejected; see rejected_records" if result.total
+        else "the input has no records",
         extra={
             "rejected_records": [r.as_api() for r in result.rejections],
             "rejected_records_file_id": file_id,
@@ -190,10 +256,12 @@ def _store_rejections(rt: Runtime, blob_key: str, rejections: list[Rejection]) -
     return rt.blobs.size(blob_key)
 
 
-def _store_inline(rt: Runtime, blob_key: str, requests: list[Any]) -> int:
+def _store_inline(rt: Runtime, blob_key: str, requests: list[msgspec.Raw]) -> int:
+    """One line per request, its bytes as sent. A newline in JSON can only be whitespace between tokens, so
+    turning it into a space keeps every value as it was."""
     with rt.blobs.writer(blob_key) as out:
         for request in requests:
-            out.write(orjson.dumps(request) + b"\n")
+            out.write(bytes(request).replace(b"\n", b" ") + b"\n")
     return rt.blobs.size(blob_key)
 
 

@@ -7,10 +7,11 @@ decoding (``scanner.go``, default non-jsonv2 build): the first error wins.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
-__all__ = ["syntax_error_message"]
+__all__ = ["syntax_error_message", "unmarshal_error_message"]
 
 # Go caps nesting at 10000 open objects/arrays; the push that exceeds it fails.
 _MAX_DEPTH = 10000
@@ -59,7 +60,8 @@ def _quote_char(c: int) -> str:
 class _Scanner:
     """One state method per scanner state; ``step`` is the current one."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_depth: int = _MAX_DEPTH) -> None:
+        self.max_depth = max_depth
         self.stack: list[int] = []
         self.err: str | None = None
         self.end_top = False
@@ -77,7 +79,7 @@ class _Scanner:
     def push(self, c: int, kind: int, nxt: Callable[[int], None]) -> None:
         self.stack.append(kind)
         self.goto(nxt)
-        if len(self.stack) > _MAX_DEPTH:
+        if len(self.stack) > self.max_depth:
             self.fail(c, "exceeded max depth")
 
     def pop(self) -> None:
@@ -247,15 +249,16 @@ class _Scanner:
 _LITERALS = {ord("t"): "true", ord("f"): "false", ord("n"): "null"}
 
 
-def syntax_error_message(data: bytes) -> str:
+def syntax_error_message(data: bytes, max_depth: int = _MAX_DEPTH) -> str:
     """Return the message Go's ``json.Unmarshal`` gives for ``data``.
 
     Returns ``"invalid JSON"`` if Go would accept the bytes (orjson is
     stricter in a few places, e.g. invalid UTF-8 inside strings).
+    ``max_depth`` lowers Go's nesting cap to a parser's own (Go's wording).
     """
     try:
         buf = bytes(data)
-        s = _Scanner()
+        s = _Scanner(max_depth)
         i, n = 0, len(buf)
         while i < n:
             if s.in_string:
@@ -279,3 +282,32 @@ def syntax_error_message(data: bytes) -> str:
         return "invalid JSON"
     except Exception:  # never let a diagnostics helper break ingestion
         return "invalid JSON"
+
+
+# In syntactically valid JSON a digit outside a string is part of a number, so skipping strings whole leaves
+# exactly the number literals.
+_SHOWN_NUMBER = 64  # Go echoes the literal whole; a 300-digit one is cut here
+_STRING_OR_NUMBER = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)')
+
+
+def unmarshal_error_message(data: bytes, max_depth: int = _MAX_DEPTH) -> str | None:
+    """The message Go's ``json.Unmarshal`` into an ``any`` gives for ``data``, or None when it would succeed.
+
+    A syntax error comes first (Go checks the whole input before decoding). Then the first number that does
+    not fit a float64, as Go's decoder reports it: ``json: cannot unmarshal number 1e400 into Go value of type
+    float64``. Integer literals are left alone whatever their size: they are kept exact, never made floats.
+    """
+    message = syntax_error_message(data, max_depth)
+    if message != "invalid JSON":
+        return message
+    try:
+        for match in _STRING_OR_NUMBER.finditer(bytes(data)):
+            number = match.group(1)
+            if number is not None and number.strip(b"-0123456789") and math.isinf(float(number)):
+                shown = number.decode()
+                if len(shown) > _SHOWN_NUMBER:
+                    shown = shown[:_SHOWN_NUMBER - 3] + "..."
+                return f"json: cannot unmarshal number {shown} into Go value of type float64"
+    except Exception:  # never let a diagnostics helper break ingestion
+        return None
+    return None

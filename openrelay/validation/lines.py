@@ -7,9 +7,10 @@ from typing import BinaryIO
 
 from ..errors import InputRefused, StoreError
 
-__all__ = ["read_blocks", "numbered_lines"]
+__all__ = ["read_blocks", "numbered_lines", "BOM"]
 
 _BLOCK = 1 << 20
+BOM = b"\xef\xbb\xbf"  # U+FEFF in UTF-8
 
 
 def _too_long(number: int, limit: int) -> InputRefused:
@@ -20,17 +21,27 @@ def _too_long(number: int, limit: int) -> InputRefused:
 def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, list[bytes]]]:
     """(number of the block's first line, its lines without newlines), blank lines included.
 
-    A line longer than ``max_line_bytes`` or a read error makes the input unreadable (``input_unreadable``).
+    A UTF-8 byte order mark at the very start (Windows editors write one) is not part of the first line. A line
+    longer than ``max_line_bytes`` or a read error makes the input unreadable (``input_unreadable``).
     """
     number = 1
     carry: list[bytes] = []
     carried = 0
+    head: bytes | None = b""  # the first bytes, until it is known whether they begin with a byte order mark
     while True:
         try:
             chunk = handle.read(_BLOCK)
         except (OSError, StoreError) as exc:
             raise InputRefused(f"the input could not be read after line {number - 1}: {exc}",
                                code="input_unreadable") from exc
+        if head is not None:
+            ended = not chunk
+            head += chunk
+            if not ended and len(head) < len(BOM) and BOM.startswith(head):
+                continue  # a read shorter than the mark: too soon to tell
+            chunk, head = head.removeprefix(BOM), None
+            if not chunk and not ended:
+                continue  # the first read held the mark alone
         if not chunk:
             if carried > max_line_bytes:
                 raise _too_long(number, max_line_bytes)

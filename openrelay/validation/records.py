@@ -9,15 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from ..catalog import Catalog
-from .gojson import syntax_error_message
+from .gojson import unmarshal_error_message
 from .tool_config import tool_config_problem
 
-__all__ = ["Verdict", "parse_line", "check_record", "carries_workflow", "cut_custom_id", "ParseFailure"]
+__all__ = ["Verdict", "parse_line", "check_record", "carries_workflow", "cut_custom_id", "ParseFailure", "MAX_DEPTH"]
 
 CUSTOM_ID_LIMIT = 512  # bytes of the JSON-escaped custom_id shown back to the user
+MAX_DEPTH = 1024  # orjson's nesting limit: a record nested deeper is refused in Go's words for its own limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,12 @@ class ParseFailure(Exception):
 
 
 def parse_line(raw: bytes) -> Any:
+    """The record on one line; ParseFailure with the message Go's decoder gives when it is not JSON we can run.
+
+    orjson reads nearly every line. What it refuses is refused with Go's message: a syntax error, nesting past
+    ``MAX_DEPTH``, or a number outside the float range (``1e400``: no engine could be sent it). An integer too
+    long for a float64 is no error (integers keep every digit): msgspec reads it exactly.
+    """
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -41,7 +49,16 @@ def parse_line(raw: bytes) -> Any:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ParseFailure(f"invalid UTF-8 at byte {exc.start}") from None
-    raise ParseFailure(syntax_error_message(raw)) from None
+    message = unmarshal_error_message(raw, MAX_DEPTH)
+    if message is not None:
+        raise ParseFailure(message) from None
+    try:
+        return _exact_decode(raw)
+    except (msgspec.DecodeError, RecursionError):  # e.g. a lone UTF-16 surrogate escape
+        raise ParseFailure("invalid JSON") from None
+
+
+_exact_decode = msgspec.json.Decoder().decode
 
 
 def carries_workflow(record: Any) -> bool:
@@ -132,4 +149,14 @@ def _extension_problem(ext: Any, catalog: Catalog, endpoint: str) -> tuple[str, 
 
 
 def _show(value: Any) -> str:
-    return "none" if value is None else orjson.dumps(value).decode()[:100]
+    """``value`` as JSON, cut to 100 characters, for a message."""
+    if value is None:
+        return "none"
+    try:
+        return orjson.dumps(value).decode()[:100]
+    except orjson.JSONEncodeError:  # nested past orjson's 254 levels, or an integer past 64 bits
+        pass
+    try:
+        return msgspec.json.encode(value).decode()[:100]
+    except (msgspec.EncodeError, RecursionError, TypeError, ValueError):  # nested past msgspec's depth too
+        return "a deeply nested JSON " + ("array" if isinstance(value, list) else "object")

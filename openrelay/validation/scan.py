@@ -3,12 +3,14 @@
 Memory holds one entry per record with a custom_id (to find duplicates and the batch's model) and the
 rejections; never the records themselves. The common record (well-formed, no extensions, an offered model) is
 accepted by an inlined fast path; anything else goes through ``check_record``, which decides the exact code.
+Inline requests arrive as the raw bytes of each element of ``requests``, so they are judged by the very same
+code as an input file's lines, with the same messages.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -24,9 +26,8 @@ from .records import ParseFailure, carries_workflow, check_record, cut_custom_id
 __all__ = ["ScanResult", "scan_records", "file_lines", "inline_lines"]
 
 DUPLICATE_MESSAGE = "custom_id appears more than once"
-_RECORD_KEYS = frozenset(("custom_id", "method", "url", "body"))
 _BODY_EXTRAS = frozenset(("openrelay", "tool_config"))  # any of these: the full rules decide
-_PARSED = object()  # marks a block whose items are already-parsed inline requests
+_INLINE_BLOCK = 4096  # inline requests copied out of the request body per block
 
 
 @dataclass(kw_only=True)
@@ -40,18 +41,18 @@ class ScanResult:
         return self.total - len(self.rejections)
 
 
-Blocks = Iterable[tuple[int, list[Any], object | None]]
+Blocks = Iterable[tuple[int, list[bytes]]]  # (line of the block's first item, raw lines)
 
 
-def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, list[Any], object | None]]:
+def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, list[bytes]]]:
     """Blocks of raw lines; blank lines still advance the count."""
-    for first, block in read_blocks(handle, max_line_bytes):
-        yield first, block, None
+    yield from read_blocks(handle, max_line_bytes)
 
 
-def inline_lines(requests: list[Any]) -> Iterator[tuple[int, list[Any], object | None]]:
-    """Inline requests are already parsed; their line is their position in ``requests``."""
-    yield 1, requests, _PARSED
+def inline_lines(requests: Sequence[msgspec.Raw | bytes]) -> Iterator[tuple[int, list[bytes]]]:
+    """The raw bytes of each inline request (``msgspec.Raw`` slices of the body); its line is its position."""
+    for start in range(0, len(requests), _INLINE_BLOCK):
+        yield start + 1, [bytes(r) for r in requests[start:start + _INLINE_BLOCK]]
 
 
 class _NeedsFullPass(Exception):
@@ -87,36 +88,32 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     duplicates: set[str] = set()
     offered = frozenset(name for name, spec in catalog.models.items() if endpoint in spec.endpoints)
     total = 0
-    for first, block, kind in blocks:
-        parsed = kind is _PARSED
+    for first, block in blocks:
         for offset, raw in enumerate(block):
-            if not parsed and (not raw or raw.isspace()):
+            if not raw or raw.isspace():
                 continue
             line = first + offset
             total += 1
             if total > max_records:
                 # Past the cap only a workflow record can still change the answer: look for it cheaply. A key
                 # spelled with \u escapes hides the plain word, so such lines are parsed too.
-                if parsed or b"workflow" in raw or b"\\u" in raw:
-                    _refuse_if_workflow_line(line, raw, parsed)
+                if b"workflow" in raw or b"\\u" in raw:
+                    _refuse_if_workflow_line(line, raw)
                 continue
+            # Fast path: msgspec decodes the record into a struct of its four fields, checking its syntax, its
+            # UTF-8 and every number's range; with the checks inlined, about 2.5x quicker than orjson and
+            # check_record.
+            try:
+                shape = _decode_shape(raw)
+            except (msgspec.DecodeError, RecursionError):
+                shape = None
             fast: tuple[str, str] | None = None
-            record: Any = _UNPARSED
-            if parsed:
-                record = raw
-                fast = _fast_dict(record, endpoint, offered)
-            elif raw.isascii() or _is_utf8(raw):
-                # Fast path for raw lines: msgspec decodes just the fields the rules need and skips the rest
-                # of the body (still checking its syntax), about 2.4x quicker than a full parse. Invalid UTF-8
-                # is ruled out above because skipped strings are not checked for it.
-                try:
-                    shape = _decode_shape(raw)
-                except (msgspec.DecodeError, RecursionError):
-                    shape = None
-                if (shape is not None and shape.custom_id and shape.method == "POST" and shape.url == endpoint
-                        and shape.body.stream is not True and shape.body.openrelay is msgspec.UNSET
-                        and shape.body.tool_config is msgspec.UNSET and shape.body.model in offered):
-                    fast = shape.custom_id, shape.body.model
+            if shape is not None and shape.custom_id and shape.method == "POST" and shape.url == endpoint:
+                body = shape.body
+                model = body.get("model")
+                if (type(model) is str and model in offered and body.get("stream") is not True
+                        and body.keys().isdisjoint(_BODY_EXTRAS)):
+                    fast = shape.custom_id, model
             if fast is not None:
                 custom_id, model = fast
                 if custom_id in seen:
@@ -132,15 +129,14 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                         raise _NeedsFullPass
                     result.model = model
                 continue
-            if record is _UNPARSED:
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
                 try:
-                    record = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    try:
-                        record = parse_line(raw)
-                    except ParseFailure as exc:
-                        rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
-                        continue
+                    record = parse_line(raw)
+                except ParseFailure as exc:
+                    rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
+                    continue
             _refuse_if_workflow(line, record)
             verdict = check_record(record, endpoint=endpoint, catalog=catalog)
             if not verdict.custom_id:
@@ -164,44 +160,19 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     return result
 
 
-class _Body(msgspec.Struct):
-    model: str
-    stream: bool | None = None
-    openrelay: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    tool_config: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-
-
 class _Shape(msgspec.Struct, forbid_unknown_fields=True):
-    """The ordinary record: exactly these four fields. Anything else is for the full rules to judge."""
+    """The ordinary record: exactly these four fields. Anything else is for the full rules to judge.
+
+    The body is decoded whole, not skipped: skipping would not read its numbers, and a ``1e400`` in it must be
+    refused here, since no engine can be sent it."""
 
     custom_id: str
     method: str
     url: str
-    body: _Body
+    body: dict[str, Any]
 
 
 _decode_shape = msgspec.json.Decoder(_Shape).decode
-_UNPARSED = object()
-
-
-def _is_utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _fast_dict(record: Any, endpoint: str, offered: frozenset[str]) -> tuple[str, str] | None:
-    """(custom_id, model) when an already-parsed record has the ordinary shape and passes every own rule."""
-    if type(record) is not dict or record.keys() != _RECORD_KEYS:
-        return None
-    body, custom_id = record["body"], record["custom_id"]
-    if (type(body) is dict and type(custom_id) is str and custom_id and record["method"] == "POST"
-            and record["url"] == endpoint and body.keys().isdisjoint(_BODY_EXTRAS)
-            and body.get("stream") is not True and body.get("model") in offered):
-        return custom_id, body["model"]
-    return None
 
 
 def _settle(result: ScanResult, pending: list[tuple[int, str, str | None, str | None, str | None]],
@@ -222,9 +193,9 @@ def _settle(result: ScanResult, pending: list[tuple[int, str, str | None, str | 
     result.rejections.sort(key=lambda r: r.line)
 
 
-def _refuse_if_workflow_line(line: int, raw: Any, parsed: bool) -> None:
+def _refuse_if_workflow_line(line: int, raw: bytes) -> None:
     try:
-        record = raw if parsed else parse_line(raw)
+        record = parse_line(raw)
     except ParseFailure:
         return
     _refuse_if_workflow(line, record)
