@@ -46,11 +46,12 @@ def test_cancel_while_validating_settles_once_a_worker_runs(make_server, engine)
 
 def test_cancel_while_finalizing_keeps_every_result(make_server, engine):
     server = make_server()
-    batch = create(server, [chat(f"z{i}", f"finish first {i} #sleep=0.5") for i in range(4)])
+    batch = create(server, [chat(f"z{i}", f"finish first {i} #hold=z") for i in range(4)])
     # The output blob's name is taken by a directory: composing the output file fails and is retried every
     # tick, so the batch stays `finalizing` (a storage outage) until the way is cleared.
     blocker = server.data_dir / "blobs" / "batches" / batch["id"] / "output.jsonl"
     blocker.mkdir(parents=True)
+    engine.release("z")  # the records were held until the way was blocked
     wait_for(lambda: get(server, batch["id"])["status"] == "finalizing", "the batch to reach finalizing")
     cancelling = server.http("POST", f"/batches/{batch['id']}/cancel").json()
     assert cancelling["status"] == "cancelling"
@@ -101,14 +102,18 @@ def test_spend_accrues_while_running_and_a_used_up_budget_refuses_creates(make_s
     secret = server.new_org_key(None, "--budget-usd", "0.000001")  # 1,000 nano-USD
     key_id = _key_id(server, secret)
     assert _key_show(server, key_id)["spent_nano_usd"] == 0
-    records = [chat(f"b{i}", f"spend some {i} #sleep=0.2 #tokens=100") for i in range(6)]
+    records = [chat(f"b{i}", f"spend some {i} #hold=spend #tokens=100") for i in range(6)]
     response = server.http("POST", "/batches", api_key=secret,
                            json={"endpoint": "/v1/chat/completions", "completion_window": "24h", "requests": records})
     assert response.status_code == 200, response.text
     batch_id = response.json()["id"]
-    # Spend grows record by record while the batch still runs.
+    # Spend grows record by record while the batch still runs: one record is let through, the rest held.
+    engine.wait_held("spend")
+    engine.release("spend", count=1)
     partial = wait_for(lambda: (s := _key_show(server, key_id)["spent_nano_usd"]) > 0 and s, "spend to accrue")
-    assert server.http("GET", f"/batches/{batch_id}", api_key=secret).json()["status"] == "in_progress"
+    running = server.http("GET", f"/batches/{batch_id}", api_key=secret).json()
+    assert running["status"] == "in_progress" and running["request_counts"]["completed"] == 1
+    engine.release("spend")
     done = server.wait(batch_id, api_key=secret)
     assert done["status"] == "completed"
     content = server.http("GET", f"/files/{done['output_file_id']}/content", api_key=secret).content
@@ -155,13 +160,15 @@ def test_nothing_is_billed_while_queued_or_in_flight(make_server, engine):
     key_id = _key_id(server, secret)
     body = {"endpoint": "/v1/chat/completions", "completion_window": "24h"}
     holder = server.http("POST", "/batches", api_key=secret,
-                         json={**body, "requests": [chat("h", "hold #sleep=6")]}).json()
+                         json={**body, "requests": [chat("h", "hold #hold=h")]}).json()
+    engine.wait_held("h")
     queued = server.http("POST", "/batches", api_key=secret, json={**body, "requests": [chat("q", "wait")]}).json()
     assert server.http("GET", f"/batches/{queued['id']}", api_key=secret).json()["in_progress_at"] is None
     assert _key_show(server, key_id)["spent_nano_usd"] == 0
     # The check above ran while the holder's only record was still in flight and the other batch queued.
     assert server.http("GET", f"/batches/{holder['id']}", api_key=secret).json()["request_counts"]["completed"] == 0
     assert server.http("GET", f"/batches/{queued['id']}", api_key=secret).json()["in_progress_at"] is None
+    engine.release("h")
     first = server.wait(holder["id"], api_key=secret)
     second = server.wait(queued["id"], api_key=secret)
     total = first["usage"]["cost_nano_usd"] + second["usage"]["cost_nano_usd"]
@@ -180,12 +187,16 @@ def test_kill_9_keeps_queue_places_never_interrupts_and_bills_each_record_once(m
         assert response.status_code == 200, response.text
         return response.json()["id"]
 
-    running = make("a", 8, "running first #sleep=0.5")
+    running = make("a", 8, "running first #hold=a")
+    engine.wait_held("a", 2)
+    engine.release("a", count=2)
     wait_for(lambda: server.http("GET", f"/batches/{running}", api_key=secret).json()["request_counts"]
              ["completed"] >= 2, "the first batch to be part done")
+    engine.wait_held("a", 2)  # two more in flight, held, while the others queue behind the slot
     standard = make("s", 2, "standard queued")
     expedited = make("x", 2, "expedited queued", priority="expedited")
     server.kill()
+    engine.release("a")
     server.start()
     done = {b: server.wait(b, api_key=secret) for b in (running, standard, expedited)}
     assert all(b["status"] == "completed" and b["request_counts"]["failed"] == 0 for b in done.values())
@@ -203,11 +214,15 @@ def test_kill_9_keeps_queue_places_never_interrupts_and_bills_each_record_once(m
 
 
 def test_cancel_lets_a_record_in_its_retries_finish(make_server, engine):
-    server = make_server(concurrency=1, env={"OPENRELAY_RETRY_BASE_SECONDS": "0.6"})
-    batch = create(server, [chat("first", "retried #fail_times=2")] + [chat(f"n{i}", f"not started {i}")
-                                                                        for i in range(3)])
-    wait_for(lambda: any("retried" in prompt_text(r) for r in engine.requests()), "the first attempt")
+    server = make_server(concurrency=1)
+    batch = create(server, [chat("first", "retried #hold=r #fail_times=2")] + [chat(f"n{i}", f"not started {i}")
+                                                                                for i in range(3)])
+    engine.wait_held("r")
+    engine.release("r", count=1)  # the first attempt fails; the second is held while the batch is cancelled
+    wait_for(lambda: engine.gates()["r"] == {"waiting": 1, "passed": 1, "open": False}, "the second attempt")
     assert server.http("POST", f"/batches/{batch['id']}/cancel").json()["status"] == "cancelling"
+    wait_for(lambda: get(server, batch["id"])["status"] == "cancelling", "the cancel")
+    engine.release("r")
     done = server.wait(batch["id"])
     assert done["status"] == "cancelled"
     out, err = results(server, done)
@@ -218,13 +233,16 @@ def test_cancel_lets_a_record_in_its_retries_finish(make_server, engine):
 
 def test_a_failed_result_write_is_retried_and_loses_no_record(make_server, engine):
     server = make_server(concurrency=2)
-    batch = create(server, [chat(f"w{i}", f"write me {i} #sleep=0.1") for i in range(12)])
+    batch = create(server, [chat(f"w{i}", f"write me {i} #hold=w") for i in range(12)])
+    engine.wait_held("w", 2)  # the batch runs, and no record has finished yet
     # A file where the chunk directory should be: every chunk write fails until it is removed.
     blocker = server.data_dir / "blobs" / "batches" / batch["id"] / "chunks"
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("in the way")
+    engine.release("w", count=2)  # two finish; the others stay held, so the run goes on while writes fail
     wait_for(lambda: "writing results failed" in server.log(), "a failed chunk write")
     blocker.unlink()
+    engine.release("w")
     done = server.wait(batch["id"])
     assert done["status"] == "completed"
     assert done["request_counts"] == {"total": 12, "completed": 12, "failed": 0}
