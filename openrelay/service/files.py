@@ -14,6 +14,7 @@ from .pages import list_page
 __all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "PURPOSES"]
 
 PURPOSES = ("batch",)
+MAX_FILENAME = 512
 
 
 class Upload:
@@ -46,6 +47,11 @@ class Upload:
         if purpose not in PURPOSES:
             self.abort()
             raise InvalidRequest(f"purpose must be one of: {', '.join(PURPOSES)}", param="purpose")
+        if len(filename) > MAX_FILENAME or "\x00" in filename:
+            # The store keeps names of up to 512 characters, and PostgreSQL no NUL in any text.
+            self.abort()
+            raise InvalidRequest(f"the file name must be at most {MAX_FILENAME} characters, without NUL",
+                                 param="file")
         assert self._writer_cm is not None
         self._writer_cm.__exit__(None, None, None)
         self._writer_cm = None

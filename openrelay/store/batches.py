@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Row
 from ..errors import Conflict, NotFound
 from ..ids import now
 from ..types import TERMINAL, Batch, BatchStatus
-from .db import Database, newest_first_after
+from .db import Database, holds_nul, newest_first_after
 from .files import insert_file
 from .idempotency import Claim, complete_claim
 from .schema import batches
@@ -71,14 +71,19 @@ class Batches:
                 complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
-        with self.db.read() as conn:
-            row = conn.execute(sa.select(batches).where(batches.c.id == batch_id, batches.c.org_id == org_id)).first()
+        row = None
+        if not holds_nul(batch_id):
+            with self.db.read() as conn:
+                row = conn.execute(sa.select(batches).where(batches.c.id == batch_id,
+                                                            batches.c.org_id == org_id)).first()
         if row is None:
             raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
         return batch_from_row(row)
 
     def list(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
              model: str | None = None, tag: str | None = None) -> tuple[list[Batch], bool]:
+        if holds_nul(model, tag):
+            return [], False  # no batch's model or tag holds NUL (and PostgreSQL cannot be asked about one)
         query = sa.select(batches).where(batches.c.org_id == org_id)
         if status:
             query = query.where(batches.c.status == status)
@@ -101,6 +106,8 @@ class Batches:
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
+        if holds_nul(batch_id):
+            return self.get(org_id, batch_id)  # the 404 of an unknown id
         with self.db.write() as conn:
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.org_id == org_id,

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..errors import NotFound, StoreError
 from ..ids import now
 
-__all__ = ["Database", "normalize_url", "newest_first_after", "MIGRATIONS"]
+__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS"]
 
 _WRITE = "openrelay_write"
 
@@ -109,12 +109,18 @@ class Database:
         self.engine.dispose()
 
 
+def holds_nul(*texts: str | None) -> bool:
+    """Whether a text a client sent holds NUL. PostgreSQL refuses such a parameter outright (a driver error,
+    which would be a 500), and no stored text holds one on either store, so a lookup by it finds nothing."""
+    return any(text is not None and "\x00" in text for text in texts)
+
+
 def newest_first_after(conn: Connection, table: sa.Table, query: sa.Select, *, org_id: str, after: str | None,
                        kind: str) -> sa.Select:
     """``query`` ordered newest first, starting after the row ``after`` (404 when the organization has none)."""
     if after:
-        anchor = conn.execute(sa.select(table.c.created_ns, table.c.id)
-                              .where(table.c.id == after, table.c.org_id == org_id)).first()
+        anchor = None if holds_nul(after) else conn.execute(
+            sa.select(table.c.created_ns, table.c.id).where(table.c.id == after, table.c.org_id == org_id)).first()
         if anchor is None:
             raise NotFound(f"No such {kind} object: {after}", param="after")
         query = query.where(sa.tuple_(table.c.created_ns, table.c.id) < sa.tuple_(*anchor))

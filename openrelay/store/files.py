@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection, Row
 from ..errors import NotFound
 from ..ids import now, now_ns
 from ..types import Batch, FileRecord
-from .db import Database, newest_first_after
+from .db import Database, holds_nul, newest_first_after
 from .schema import batches, files
 
 __all__ = ["Files", "insert_file"]
@@ -38,8 +38,10 @@ class Files:
 
     def get(self, org_id: str, file_id: str) -> FileRecord:
         """The file, or 404 alike for an unknown id and another organization's."""
-        with self.db.read() as conn:
-            row = conn.execute(sa.select(files).where(files.c.id == file_id, files.c.org_id == org_id)).first()
+        row = None
+        if not holds_nul(file_id):
+            with self.db.read() as conn:
+                row = conn.execute(sa.select(files).where(files.c.id == file_id, files.c.org_id == org_id)).first()
         if row is None:
             raise NotFound(f"No such File object: {file_id}", param="file_id")
         return _file(row)
@@ -47,7 +49,9 @@ class Files:
     def list(self, org_id: str, *, limit: int, after: str | None, purpose: str | None,
              ) -> tuple[list[FileRecord], bool]:
         query = sa.select(files).where(files.c.org_id == org_id)
-        if purpose:
+        if holds_nul(purpose):
+            query = query.where(sa.false())  # no purpose holds NUL (and PostgreSQL cannot be asked about one)
+        elif purpose:
             query = query.where(files.c.purpose == purpose)
         with self.db.read() as conn:
             query = newest_first_after(conn, files, query, org_id=org_id, after=after, kind="File")
