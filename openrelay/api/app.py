@@ -19,6 +19,7 @@ from ..service import batches as batch_service
 from ..service import files as file_service
 from ..service.auth import authenticate
 from ..types import ApiKey
+from .guard import RenderUnexpectedErrors
 from .multipart import stream_form
 from .openapi import document_bytes
 
@@ -35,6 +36,7 @@ def render_error(exc: OpenRelayError) -> Response:
 
 def create_app(rt: Runtime) -> FastAPI:
     app = FastAPI(title="OpenRelay Batches", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(RenderUnexpectedErrors)  # added first: the innermost, right around the routes (guard.py)
 
     @app.exception_handler(OpenRelayError)
     async def _ours(_request: Request, exc: OpenRelayError) -> Response:
