@@ -11,6 +11,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import orjson
 from pyreqwest.client import Client, ClientBuilder
 from pyreqwest.exceptions import PyreqwestError, RequestTimeoutError
@@ -18,6 +19,8 @@ from pyreqwest.exceptions import PyreqwestError, RequestTimeoutError
 from .base import EngineReply, EngineUnavailable, error_body
 
 __all__ = ["OpenAIEngine"]
+
+_encode = msgspec.json.Encoder().encode
 
 
 class OpenAIEngine:
@@ -54,8 +57,9 @@ class OpenAIEngine:
         if self.legacy_max_tokens and "max_completion_tokens" in body and "max_tokens" not in body:
             body = {**body, "max_tokens": body["max_completion_tokens"]}
         try:
-            payload = orjson.dumps(body)
-        except orjson.JSONEncodeError as exc:  # e.g. nesting deeper than orjson writes: this record's problem only
+            # msgspec writes integers of any size with every digit (orjson refuses those past 64 bits).
+            payload = _encode(body)
+        except (msgspec.EncodeError, TypeError, ValueError, RecursionError) as exc:  # this record's problem only
             return EngineReply(400, error_body(f"the request body cannot be sent: {exc}"))
         try:
             response = await self._http().post(self._url(endpoint)).body_bytes(payload).build().send()

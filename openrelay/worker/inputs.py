@@ -63,21 +63,22 @@ def pending_records(blobs: BlobStore, batch: Batch, skip: set[int],
 
 
 def _load(raw: bytes) -> Any:
-    """An accepted record. The create read it with orjson or, on its fast path, with msgspec, so one of the two
-    reads it here too (they differ at the edges, e.g. nesting depth)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        first = exc
+    """An accepted record, every value as it was written: msgspec keeps integers of any size (orjson would turn
+    one past 64 bits into a float), and floats, strings and key order as orjson does. orjson reads nesting a
+    little deeper than msgspec, up to the create's limit, so it reads what msgspec cannot."""
     try:
         return _generic_decode(raw)
     except (msgspec.DecodeError, RecursionError, ValueError):
         pass
     try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        why = str(exc)
+    try:
         custom_id = _custom_id_decode(raw).custom_id
     except (msgspec.DecodeError, RecursionError, ValueError):
         custom_id = ""
-    return Unreadable(custom_id=custom_id, message=f"the record cannot be read: {first}")
+    return Unreadable(custom_id=custom_id, message=f"the record cannot be read: {why}")
 
 
 class _CustomIdOnly(msgspec.Struct):

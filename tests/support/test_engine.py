@@ -244,12 +244,14 @@ def v1_route(path: str, handler: Handler) -> Route:
         STATE.in_flight += 1
         STATE.max_in_flight = max(STATE.max_in_flight, STATE.in_flight)
         try:
+            raw = await request.body()
             try:
-                body = orjson.loads(await request.body())
+                body = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 body = None
             if STATE.record:
-                STATE.recorded.append({"path": path, "body": body})
+                # The bytes too: a parsed body cannot show an integer orjson read as a float.
+                STATE.recorded.append({"path": path, "body": body, "raw": raw.decode("utf-8", "replace")})
             if STATE.mode_delay:
                 await asyncio.sleep(STATE.mode_delay)
             if STATE.mode_status is not None:
