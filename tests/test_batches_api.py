@@ -10,6 +10,7 @@ import openai
 import orjson
 import pytest
 
+from tests.support.execution import wait_letting_held_through
 from tests.support.records import error_of
 
 # CONTRACT section 6, every field of the batch object.
@@ -199,10 +200,10 @@ def test_list_filters_status_model_and_tag(make_server, engine):
     server = make_server(concurrency=1)
     done = _create(server, ["quick"], metadata={"tags": "a,b"})
     server.wait(done["id"])
-    cancelled = _create(server, ["slow #sleep=1", "slow #sleep=1"], metadata={"tags": "ab"})
-    _poll(engine.stats, lambda s: s["in_flight"] == 1)
+    cancelled = _create(server, ["slow #hold=slow", "slow #hold=slow"], metadata={"tags": "ab"})
+    engine.wait_held("slow")
     assert server.http("POST", f"/batches/{cancelled['id']}/cancel").status_code == 200
-    server.wait(cancelled["id"])
+    wait_letting_held_through(server, engine, "slow", cancelled["id"])
     embedded = _create_embeddings(server)
     server.wait(embedded["id"])
     spaced = _create(server, ["quick again"], metadata={"tags": " c , a ", "other": "b"})
@@ -345,8 +346,8 @@ def test_cancel_a_running_batch(make_server, engine):
     server = make_server(concurrency=2)
     other_key = server.new_org_key("other-org")
     total = 10
-    batch = _create(server, [f"req-{i} #sleep=1" for i in range(total)])
-    _poll(engine.stats, lambda s: s["in_flight"] == 2)
+    batch = _create(server, [f"req-{i} #hold=req" for i in range(total)])
+    engine.wait_held("req", 2)
     _same_404(server, "POST", "/batches/{}/cancel", batch["id"], other_key)  # no one else can cancel it
 
     cancelling = server.client().batches.cancel(batch["id"])
@@ -356,7 +357,7 @@ def test_cancel_a_running_batch(make_server, engine):
     again = server.http("POST", f"/batches/{batch['id']}/cancel")
     assert again.status_code == 200 and again.json()["status"] in ("cancelling", "cancelled")
 
-    done = server.wait(batch["id"])
+    done = wait_letting_held_through(server, engine, "req", batch["id"])
     assert done["status"] == "cancelled"
     assert done["cancelled_at"] >= done["cancelling_at"] == cancelling.cancelling_at
     assert done["completed_at"] is None and done["in_progress_at"] is not None
@@ -384,8 +385,8 @@ def test_cancel_a_running_batch(make_server, engine):
 
 def test_cancel_a_queued_batch(make_server, engine):
     server = make_server(slots=1)
-    running = _create(server, ["first #sleep=3"], prefix="run")
-    _poll(engine.stats, lambda s: s["in_flight"] == 1)
+    running = _create(server, ["first #hold=first"], prefix="run")
+    engine.wait_held("first")
     queued = _create(server, [f"q-{i}" for i in range(3)], prefix="q")
     waiting = _poll(lambda: _get(server, queued["id"]), lambda b: b["status"] != "validating")
     assert waiting["status"] == "in_progress" and waiting["in_progress_at"] is None
@@ -409,6 +410,7 @@ def test_cancel_a_queued_batch(make_server, engine):
     # The batch that held the slot was never disturbed; cancelled too, its one in-flight record finishes.
     assert _get(server, running["id"])["status"] == "in_progress"
     assert server.http("POST", f"/batches/{running['id']}/cancel").json()["status"] == "cancelling"
+    engine.release("first")
     first = server.wait(running["id"])
     assert first["status"] == "cancelled" and first["error_file_id"] is None
     assert first["request_counts"] == {"total": 1, "completed": 1, "failed": 0}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from tests.support.execution import wait_letting_held_through
 from tests.support.server import ORL, free_port
 
 CHAT = "/v1/chat/completions"
@@ -269,7 +271,7 @@ def test_server_down_exits_1(tmp_path):
 # -- list, metadata, cancel, wait ------------------------------------------------------------------------
 
 
-def test_list_paging_and_filters(server, tmp_path):
+def test_list_paging_and_filters(server, engine, tmp_path):
     path = _good(tmp_path / "in.jsonl", 1)
     first = _create(server, path, "--metadata", "tags=red,green")
     assert server.wait(first["id"])["status"] == "completed"
@@ -292,14 +294,15 @@ def test_list_paging_and_filters(server, tmp_path):
     assert [b["id"] for b in red["data"]] == [first["id"]]
 
     # A fourth batch, cancelled while it runs: the status filter tells it apart.
-    slow = _jsonl(tmp_path / "slow.jsonl", [_record(f"s-{i}", "wait #sleep=2") for i in range(40)])
+    slow = _jsonl(tmp_path / "slow.jsonl", [_record(f"s-{i}", "wait #hold=s") for i in range(40)])
     running = _create(server, slow)
+    engine.wait_held("s")
     done = _ok(server.orl("batches", "list", "--status", "completed"))
     assert {b["id"] for b in done["data"]} == {first["id"], second["id"], third["id"]}
     assert all(b["status"] == "completed" for b in done["data"])
     cancelled = _ok(server.orl("batches", "cancel", running["id"]))
     assert cancelled["status"] in ("cancelling", "cancelled")
-    assert server.wait(running["id"], timeout=60)["status"] == "cancelled"
+    assert wait_letting_held_through(server, engine, "s", running["id"])["status"] == "cancelled"
     only = _ok(server.orl("batches", "list", "--status", "cancelled"))
     assert [b["id"] for b in only["data"]] == [running["id"]]
 
@@ -320,22 +323,27 @@ def test_metadata_replace_and_clear(server, tmp_path):
     assert bad.returncode not in (0, 1) and "key=value" in bad.stderr
 
 
-def test_cancel_running_batch(server, tmp_path):
-    path = _jsonl(tmp_path / "slow.jsonl", [_record(f"s-{i}", "slow #sleep=2") for i in range(40)])
+def test_cancel_running_batch(server, engine, tmp_path):
+    path = _jsonl(tmp_path / "slow.jsonl", [_record(f"s-{i}", "slow #hold=s") for i in range(40)])
     batch = _create(server, path)
+    engine.wait_held("s")
     cancelled = _ok(server.orl("batches", "cancel", batch["id"]))
     assert cancelled["id"] == batch["id"]
     assert cancelled["status"] in ("cancelling", "cancelled")
-    final = server.wait(batch["id"], timeout=60)
+    final = wait_letting_held_through(server, engine, "s", batch["id"])
     assert final["status"] == "cancelled"
     counts = final["request_counts"]
     assert counts["total"] == 40 and counts["completed"] + counts["failed"] == 40 and counts["failed"] > 0
 
 
-def test_wait_until_terminal(server, tmp_path):
-    path = _jsonl(tmp_path / "in.jsonl", [_record(f"w-{i}", f"slowish {i} #sleep=1") for i in range(3)])
+def test_wait_until_terminal(server, engine, tmp_path):
+    path = _jsonl(tmp_path / "in.jsonl", [_record(f"w-{i}", f"slowish {i} #hold=w") for i in range(3)])
     batch = _create(server, path)
-    done = server.orl("batches", "wait", batch["id"], "--interval", "0.2")
+    with ThreadPoolExecutor(1) as pool:  # `orl batches wait` starts while every record is held
+        waiting = pool.submit(server.orl, "batches", "wait", batch["id"], "--interval", "0.2")
+        engine.wait_held("w", 3)
+        engine.release("w")
+        done = waiting.result()
     final = _ok(done)
     assert final["id"] == batch["id"] and final["status"] == "completed"
     assert final["request_counts"] == {"total": 3, "completed": 3, "failed": 0}

@@ -111,7 +111,7 @@ def test_engine_timeout_is_retried_then_the_records_error_line(make_server, engi
     catalog = TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=4).replace("timeout_seconds = 30",
                                                                                        "timeout_seconds = 0.5")
     server = make_server(catalog=catalog, env={"OPENRELAY_RETRY_ATTEMPTS": "2", "OPENRELAY_RETRY_MAX_SECONDS": "0.1"})
-    batch = server.wait(create(server, [chat("slow", "too slow to wait for #sleep=4"),
+    batch = server.wait(create(server, [chat("slow", "too slow to wait for #hold=never"),
                                         chat("quick", "quick answer")])["id"])
     assert batch["status"] == "completed" and batch["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
     out, err = results(server, batch)
@@ -195,7 +195,9 @@ def test_counts_usage_and_cost_standard_and_expedited(server, engine):
 def test_counts_and_usage_grow_while_running(make_server, engine):
     server = make_server(concurrency=2)
     total = 20
-    batch_id = create(server, [chat(f"p{i}", f"slow progress {i} #sleep=0.3") for i in range(total)])["id"]
+    batch_id = create(server, [chat(f"p{i}", f"slow progress {i} #hold=p") for i in range(total)])["id"]
+    engine.wait_held("p", 2)
+    engine.release("p", count=2)  # two finish; the rest wait until the partial view is seen
     seen: list[dict] = []
 
     def partial():
@@ -208,6 +210,7 @@ def test_counts_and_usage_grow_while_running(make_server, engine):
     assert during["in_progress_at"] is not None
     assert during["usage"]["input_tokens"] > 0 and during["usage"]["cost_nano_usd"] > 0
     assert during["usage"]["total_tokens"] == during["usage"]["input_tokens"] + during["usage"]["output_tokens"]
+    engine.release("p")
     done = server.wait(batch_id)
     assert done["status"] == "completed" and done["request_counts"]["completed"] == total
     assert done["usage"]["input_tokens"] > during["usage"]["input_tokens"]

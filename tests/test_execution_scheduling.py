@@ -29,7 +29,10 @@ def _first_request(engine, marker: str) -> int:
 
 def test_concurrency_caps_requests_in_flight(make_server, engine):
     server = make_server(concurrency=3)
-    batch = server.wait(create(server, [chat(f"c{i}", f"parallel {i} #sleep=0.5") for i in range(9)])["id"])
+    batch_id = create(server, [chat(f"c{i}", f"parallel {i} #hold=c") for i in range(9)])["id"]
+    engine.wait_held("c", 3)  # three at once, held; max_in_flight below shows there were never more
+    engine.release("c")
+    batch = server.wait(batch_id)
     assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 9
     stats = engine.stats()
     assert stats["requests"] == 9
@@ -38,7 +41,7 @@ def test_concurrency_caps_requests_in_flight(make_server, engine):
 
 def test_slots_queue_a_second_batch_until_the_first_finishes(make_server, engine):
     server = make_server(slots=1, concurrency=2)
-    first = create(server, [chat(f"a{i}", f"first batch {i} #sleep=0.5") for i in range(12)])
+    first = create(server, [chat(f"a{i}", f"first batch {i} #hold=first") for i in range(12)])
     assert first["in_progress_at"] is None
     running = wait_for(lambda: (b := get(server, first["id"]))["in_progress_at"] is not None and b,
                        "the first batch to start")
@@ -53,6 +56,7 @@ def test_slots_queue_a_second_batch_until_the_first_finishes(make_server, engine
     assert get(server, first["id"])["status"] not in TERMINAL  # so that was observed while the first ran
     assert not any(prompt_text(r).startswith("second batch") for r in engine.requests())
 
+    engine.release("first")
     done_first = server.wait(first["id"])
     done_second = server.wait(second["id"])
     assert done_first["status"] == done_second["status"] == "completed"
@@ -65,7 +69,7 @@ def test_slots_queue_a_second_batch_until_the_first_finishes(make_server, engine
 
 def test_expedited_runs_before_older_standard(make_server, engine):
     server = make_server(slots=1, concurrency=2)
-    long = create(server, [chat(f"l{i}", f"long batch {i} #sleep=0.5") for i in range(12)])
+    long = create(server, [chat(f"l{i}", f"long batch {i} #hold=long") for i in range(12)])
     wait_for(lambda: get(server, long["id"])["in_progress_at"] is not None, "the long batch to start")
     standard = create(server, [chat(f"s{i}", f"standard batch {i}") for i in range(2)], priority="standard")
     client = server.client()
@@ -80,6 +84,7 @@ def test_expedited_runs_before_older_standard(make_server, engine):
     assert get(server, standard["id"])["in_progress_at"] is None
     assert get(server, long["id"])["status"] not in TERMINAL
 
+    engine.release("long")
     done = {b: server.wait(b) for b in (long["id"], standard["id"], expedited.id)}
     assert all(b["status"] == "completed" for b in done.values())
     assert _first_request(engine, "expedited batch") < _first_request(engine, "standard batch")
@@ -104,12 +109,17 @@ def test_batch_larger_than_a_flush_completes_every_record_once(make_server, engi
 
 
 def test_expired_batch_keeps_finished_records_and_bills_only_them(make_server, engine):
-    server = make_server(concurrency=2, args=("--window-seconds", "2"))
+    server = make_server(concurrency=2, args=("--window-seconds", "3"))
     total = 30
-    # Windows count from a whole-second created_at: start just after a second ticks over to get all of it.
-    wait_for(lambda: time.time() % 1 < 0.2, "the start of a second", every=0.01)
-    created = create(server, [chat(f"e{i}", f"too slow {i} #sleep=0.4") for i in range(total)])
-    assert created["expires_at"] == created["created_at"] + 2
+    created = create(server, [chat(f"e{i}", f"too slow {i} #hold=e") for i in range(total)])
+    assert created["expires_at"] == created["created_at"] + 3
+    # Two records finish inside the window; the next two are in flight (held) when it closes.
+    engine.wait_held("e", 2)
+    engine.release("e", count=2)
+    wait_for(lambda: get(server, created["id"])["request_counts"]["completed"] == 2, "two finished records")
+    engine.wait_held("e", 2)
+    wait_for(lambda: time.time() >= created["expires_at"], "the window to close", timeout=10)
+    engine.release("e")
     batch = server.wait(created["id"])
     assert batch["status"] == "expired" and batch["expired_at"] is not None
     counts = batch["request_counts"]
@@ -128,14 +138,15 @@ def test_expired_batch_keeps_finished_records_and_bills_only_them(make_server, e
     # Billed for what ran and nothing else; what never ran never reached the engine.
     assert batch["usage"] == usage_of(out)
     sent = {prompt_text(r) for r in engine.requests()}
-    assert sent == {f"too slow {cid[1:]} #sleep=0.4" for cid in out}
+    assert sent == {f"too slow {cid[1:]} #hold=e" for cid in out}
 
 
 
 def test_batch_queued_past_its_window_expires_without_running(make_server, engine):
     server = make_server(slots=1, concurrency=2, args=("--window-seconds", "2"))
-    # Holds the only slot well past both windows: its first two records are still running when they close.
-    holder = create(server, [chat(f"h{i}", f"hold the slot {i} #sleep=4") for i in range(3)])
+    # Holds the only slot past both windows: its first two records are still running when they close.
+    holder = create(server, [chat(f"h{i}", f"hold the slot {i} #hold=h") for i in range(3)])
+    engine.wait_held("h", 2)
     queued = create(server, [chat(f"q{i}", f"never started {i}") for i in range(3)])
     assert get(server, queued["id"])["in_progress_at"] is None
 
@@ -149,6 +160,8 @@ def test_batch_queued_past_its_window_expires_without_running(make_server, engin
     assert {line["error"]["code"] for line in err.values()} == {"batch_expired"}
     assert not any(prompt_text(r).startswith("never started") for r in engine.requests())
 
+    wait_for(lambda: time.time() >= holder["expires_at"], "the holder's window to close", timeout=10)
+    engine.release("h")
     held = server.wait(holder["id"])
     assert held["status"] == "expired"
     assert held["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
@@ -159,28 +172,21 @@ def test_batch_queued_past_its_window_expires_without_running(make_server, engin
 def test_crash_loses_no_finished_record_and_reruns_only_in_flight_ones(make_server, engine):
     total, concurrency = 40, 4
     server = make_server(concurrency=concurrency)
-    engine.mode(delay=0.3)
-    batch_id = create(server, [chat(f"k{i}", f"survive the crash {i}") for i in range(total)])["id"]
-    wait_for(lambda: get(server, batch_id)["request_counts"]["completed"] >= 8, "some records to finish",
-             every=0.02)
-    # From now on every new request hangs for a while: what finished becomes durable, what is in flight stays
-    # in flight, so the crash lands at a known point.
-    engine.mode(delay=4)
-    sent_before = engine.stats()["requests"]  # these may still be quick ones; any request after them hangs
-
-    def settled():
-        stats = engine.stats()
-        batch = get(server, batch_id)
-        finished = stats["requests"] - stats["in_flight"]
-        hanging = stats["requests"] - sent_before >= concurrency and stats["in_flight"] == concurrency
-        return hanging and batch["request_counts"]["completed"] == finished and batch
-
-    before = wait_for(settled, "the finished records to be durable and the slots full of hanging requests")
+    batch_id = create(server, [chat(f"k{i}", f"survive the crash {i} #hold=k") for i in range(total)])["id"]
+    # Two rounds of four are let through; the third round is held in flight, so the crash lands at a known
+    # point: eight finished (and durable), four in flight.
+    for passed in (concurrency, 2 * concurrency):
+        wait_for(lambda: engine.gates().get("k", {}).get("waiting") == concurrency, "a full round held")
+        engine.release("k", count=concurrency)
+        wait_for(lambda p=passed: engine.gates()["k"]["passed"] == p, "the round to be answered")
+    engine.wait_held("k", concurrency)
+    before = wait_for(lambda: (b := get(server, batch_id))["request_counts"]["completed"] == 2 * concurrency and b,
+                      "the finished records to be durable")
     server.kill()
-    hung = {prompt_text(r) for r in engine.requests()[sent_before:]}
+    hung = {prompt_text(r) for r in engine.requests()[2 * concurrency:]}
     assert len(hung) == concurrency
-    assert 8 <= before["request_counts"]["completed"] < total
-    engine.mode(delay=0)
+    assert before["request_counts"]["completed"] == 8
+    engine.release("k")
     server.start()
 
     batch = server.wait(batch_id, timeout=120)
@@ -201,10 +207,11 @@ def test_worker_that_loses_its_lease_gives_the_batch_up_and_every_record_lands_o
     # Each answer is flushed at once, and the heartbeat looks only every 10 s: the lane that flushes first after
     # the takeover is what finds the lease gone.
     server = make_server(concurrency=concurrency, env={"OPENRELAY_FLUSH_RECORDS": "1", "OPENRELAY_TICK_SECONDS": "10"})
-    # The first four go out together: one answered in 0.5 s, three in 2 s.
-    sleeps = ["#sleep=0.5"] + ["#sleep=2"] * 3 + [""] * (total - concurrency)
-    batch_id = create(server, [chat(f"l{i}", f"lease {i} {sleep}") for i, sleep in enumerate(sleeps)])["id"]
-    wait_for(lambda: engine.stats()["in_flight"] == concurrency, "the first calls in flight", every=0.02)
+    # The first four go out together and are held: one is answered first, three later.
+    holds = ["#hold=quick"] + ["#hold=slow"] * 3 + [""] * (total - concurrency)
+    batch_id = create(server, [chat(f"l{i}", f"lease {i} {hold}") for i, hold in enumerate(holds)])["id"]
+    engine.wait_held("quick")
+    engine.wait_held("slow", 3)
     # Another worker takes the batch over (as one would after this one stalled past its lease) and holds it 3 s.
     db = Database(server.database_url)
     try:
@@ -213,6 +220,11 @@ def test_worker_that_loses_its_lease_gives_the_batch_up_and_every_record_lands_o
                          .values(lease_owner="another-worker", lease_expires_at=time.time() + 3))
     finally:
         db.dispose()
+    engine.release("quick")
+    wait_for(lambda: engine.stats()["in_flight"] == 3, "the quick answer")
+    # Its flush finds the lease gone; the worker does not give up (or cut the calls) while three are in flight.
+    assert engine.held("slow") == 3 and "lease lost" not in server.log()
+    engine.release("slow")
     wait_for(lambda: "lease lost" in server.log(), "the worker to give the batch up", every=0.02)
     # The quick answer's flush found the lease gone; the three slow calls were answered before the worker gave
     # up, not cancelled (a cancelled call would run on in the HTTP client, holding its connection).

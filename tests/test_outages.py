@@ -8,7 +8,7 @@ import httpx
 
 from tests.support.execution import chat, create, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import TEST_CATALOG, free_port
-from tests.support.test_engine import start_test_engine, stop_test_engine
+from tests.support.test_engine import EngineControl, start_test_engine, stop_test_engine
 
 # Short retries and outage probes so an outage of a few seconds is many probes long.
 FAST = {"OPENRELAY_RETRY_ATTEMPTS": "3", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.2", "OPENRELAY_OUTAGE_MAX_SECONDS": "0.5"}
@@ -26,14 +26,19 @@ def test_engine_process_stopped_mid_batch_and_restarted_loses_no_record(make_ser
     catalog = TEST_CATALOG.format(engine=url, slots=1, concurrency=4)
     server = make_server(catalog=catalog, env=FAST)
     total = 40
-    batch_id = create(server, [chat(f"o{i}", f"ride out the outage {i} #sleep=0.05") for i in range(total)])["id"]
+    batch_id = create(server, [chat(f"o{i}", f"ride out the outage {i} #hold=o") for i in range(total)])["id"]
     try:
-        wait_for(lambda: get(server, batch_id)["request_counts"]["completed"] >= 5, "some records to finish")
+        control = EngineControl(url)
+        control.wait_held("o", 4)
+        control.release("o", count=4)  # four finish; the next four are in flight when the engine stops
+        wait_for(lambda: get(server, batch_id)["request_counts"]["completed"] == 4, "some records to finish")
+        control.wait_held("o", 4)
         stop_test_engine(proc)  # the engine is gone: connections are refused from now on
         wait_for(lambda: _metric(server, "openrelay_engine_up") == 0, "the model's dispatch to pause")
         paused = get(server, batch_id)
         assert paused["status"] == "in_progress" and paused["request_counts"]["failed"] == 0
         proc, _ = start_test_engine("--port", str(port))  # back on the same address
+        control.release("o")  # the new engine lets every record through
         batch = server.wait(batch_id, timeout=120)
     finally:
         stop_test_engine(proc)
@@ -92,11 +97,12 @@ def test_engine_down_for_the_whole_window_expires_the_batch_without_failing_reco
 
 def test_metrics_show_queued_and_in_flight_per_model(make_server, engine):
     server = make_server(slots=1, concurrency=3)
-    running = create(server, [chat(f"r{i}", f"hold on {i} #sleep=3") for i in range(3)])["id"]
+    running = create(server, [chat(f"r{i}", f"hold on {i} #hold=r") for i in range(3)])["id"]
     queued = create(server, [chat("q0", "after you")])["id"]
     wait_for(lambda: _metric(server, "openrelay_engine_requests_in_flight") == 3, "three requests in flight")
-    assert _metric(server, "openrelay_batches_queued") == 1
+    wait_for(lambda: _metric(server, "openrelay_batches_queued") == 1, "the second batch queued")
     assert _metric(server, "openrelay_batches_in_progress") == 1
+    engine.release("r")
     for batch_id in (running, queued):
         assert server.wait(batch_id)["status"] == "completed"
     assert _metric(server, "openrelay_engine_requests_in_flight") == 0

@@ -284,10 +284,11 @@ def test_a_server_that_never_answers_the_closing_of_its_session_holds_no_record(
 
 def test_the_allow_list_is_checked_again_when_the_record_runs(make_server, engine, engine_url, mcp):
     server = make_server(catalog=tool_catalog(engine_url, mcp.url, slots=1))
-    blocker = create(server, [chat("blocker", "hold the only slot #sleep=2")])["id"]
-    wait_for(lambda: engine.stats()["in_flight"] == 1, "the blocking record to start")
+    blocker = create(server, [chat("blocker", "hold the only slot #hold=blocker")])["id"]
+    engine.wait_held("blocker")
     queued = create(server, [tool_record("late", 'l #call_tool=add:{"a":1,"b":2}', mcp.url)])["id"]
     server.kill()  # the tool record was accepted but has not run; the operator then withdraws the server
+    engine.release("blocker")
     (server.data_dir / "catalog.toml").write_text(tool_catalog(engine_url, "http://127.0.0.1:9/mcp", slots=1))
     server.start()
     assert server.wait(blocker)["status"] == "completed"

@@ -63,6 +63,22 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, ev
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def wait_letting_held_through(server: Server, engine: Any, gate: str, batch_id: str, api_key: str | None = None,
+                              timeout: float = 120.0) -> dict[str, Any]:
+    """Wait for a cancelled batch to end, letting each request that reaches ``gate`` through. A worker may still
+    start a record or two before it sees the cancel; the gate stays closed, so every one started is counted by
+    the engine and nothing finishes before the test lets it."""
+    deadline = time.time() + timeout
+    while True:
+        batch = server.http("GET", f"/batches/{batch_id}", api_key=api_key).json()
+        if batch["status"] in TERMINAL:
+            return batch
+        assert time.time() < deadline, f"batch {batch_id} not terminal after {timeout}s: {batch}"
+        if held := engine.held(gate):
+            engine.release(gate, count=held)
+        time.sleep(0.05)
+
+
 def lines_of(server: Server, file_id: str | None) -> list[dict[str, Any]]:
     if file_id is None:
         return []
