@@ -264,21 +264,13 @@ NUL_CASES = [
     ("POST", "/v1/batches", 404, {"body": {"input_file_id": "file-\x00", "endpoint": "/v1/chat/completions",
                                            "completion_window": "24h"}}),
 ]
-# On PostgreSQL every one of these but ``tag`` answers 500 store_error today (psycopg's DataError: "PostgreSQL text
-# fields cannot contain NUL (0x00) bytes"); strict, so the fix has to remove the mark.
-_NUL_ON_POSTGRES = pytest.mark.xfail(BACKEND == "postgres", strict=True,
-                                     reason="a NUL in a string PostgreSQL compares is a 500 store_error")
-
-
 def _nul_case_id(method: str, path: str, case: dict[str, Any]) -> str:
     where = case.get("query") or case.get("path_parameters") or case.get("body") or {}
     return f"{method} {path} {','.join(where)}"
 
 
 @pytest.mark.parametrize(("method", "path", "expect", "case"), [
-    pytest.param(*c, id=_nul_case_id(c[0], c[1], c[3]),
-                 marks=() if c[3].get("query", {}).get("tag") is not None else _NUL_ON_POSTGRES)
-    for c in NUL_CASES
+    pytest.param(*c, id=_nul_case_id(c[0], c[1], c[3])) for c in NUL_CASES
 ])
 def test_a_nul_character_in_an_id_or_filter_is_an_ordinary_miss(live_server: Server, method: str, path: str,
                                                                  expect: int, case: dict[str, Any]) -> None:
