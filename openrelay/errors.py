@@ -122,9 +122,17 @@ class UnprocessableEntity(OpenRelayError):
 
 
 class StoreError(OpenRelayError):
+    """The message names the driver's error (for logs); a client is told only that the store failed, never the
+    SQL, its parameters or a path."""
+
     status = 500
     type = "server_error"
     code = "store_error"
+
+    def envelope(self) -> dict[str, Any]:
+        body = super().envelope()
+        body["error"]["message"] = "the service's store did not answer; try again later"
+        return body
 
 
 class CatalogError(OpenRelayError):
