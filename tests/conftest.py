@@ -7,11 +7,13 @@ whole suite once on each.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.execution import TERMINAL
 from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 from tests.support.test_engine import EngineControl as Engine
 from tests.support.test_engine import start_test_engine, stop_test_engine
@@ -41,40 +43,90 @@ def engine(engine_url: str) -> Iterator[Engine]:
     control.reset()
 
 
-@pytest.fixture
-def make_server(tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> Iterator[Callable[..., Server]]:
-    """Start `orl serve` processes: ``make_server(catalog=None|"builtin"|text, slots=, concurrency=, env=, args=)``."""
-    started: list[Server] = []
-    databases: list[str] = []
+class Servers:
+    """Starts `orl serve` processes (each on a fresh SQLite file or PostgreSQL database) and stops them all."""
 
-    def make(*, catalog: str | None = None, slots: int = 2, concurrency: int = 8,
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.engine_url = engine_url
+        self.started: list[Server] = []
+        self.databases: list[str] = []
+
+    def make(self, *, catalog: str | None = None, slots: int = 2, concurrency: int = 8,
              env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Server:
-        data_dir: Path = tmp_path_factory.mktemp("orl")
+        data_dir: Path = self.tmp_path_factory.mktemp("orl")
         if BACKEND == "postgres":
             url = create_pg_database()
-            databases.append(url)
+            self.databases.append(url)
         else:
             url = f"sqlite:///{data_dir / 'openrelay.db'}"
         extra = list(args)
         if catalog != "builtin":
-            text = catalog or TEST_CATALOG.format(engine=engine_url, slots=slots, concurrency=concurrency)
+            text = catalog or TEST_CATALOG.format(engine=self.engine_url, slots=slots, concurrency=concurrency)
             catalog_path = data_dir / "catalog.toml"
             catalog_path.write_text(text)
             extra += ["--catalog", str(catalog_path)]
         server = Server(data_dir=data_dir, database_url=url, port=free_port(), args=extra,
                         env={"OPENRELAY_TICK_SECONDS": "0.05", "OPENRELAY_RETRY_BASE_SECONDS": "0.05",
                              "OPENRELAY_LEASE_SECONDS": "3", **(env or {})})
-        started.append(server)
+        self.started.append(server)
         return server.start()
 
-    yield make
-    for server in started:
-        server.stop()
-    for url in databases:
-        drop_pg_database(url)
+    def stop_all(self) -> None:
+        for server in self.started:
+            server.stop()
+        for url in self.databases:
+            drop_pg_database(url)
 
 
 @pytest.fixture
-def server(make_server: Callable[..., Server]) -> Server:
-    """A server on the test catalog (model ``test/echo`` on the test engine, 2 slots, concurrency 8)."""
-    return make_server()
+def make_server(tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> Iterator[Callable[..., Server]]:
+    """Start `orl serve` processes: ``make_server(catalog=None|"builtin"|text, slots=, concurrency=, env=, args=)``."""
+    servers = Servers(tmp_path_factory, engine_url)
+    yield servers.make
+    servers.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> Iterator[Server]:
+    """One server on the test catalog for a whole module (see ``server``)."""
+    servers = Servers(tmp_path_factory, engine_url)
+    yield servers.make()
+    servers.stop_all()
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest, make_server: Callable[..., Server]) -> Iterator[Server]:
+    """A server on the test catalog (model ``test/echo`` on the test engine, 2 slots, concurrency 8).
+
+    A module that sets ``SERVER_PER_MODULE = True`` shares one server among its tests, each test seeing it as a
+    fresh organization (``server.api_key``, ``server.org``): organizations see nothing of each other, which the
+    API's own tests show. After each test its organizations' live batches are cancelled and held requests let
+    go, so nothing of one test runs into the next. Tests that stop, restart or reconfigure the server, read its
+    log, or count organizations keep a server of their own (``make_server``, or a module without the flag)."""
+    if not getattr(request.module, "SERVER_PER_MODULE", False):
+        yield make_server()
+        return
+    view = request.getfixturevalue("module_server").for_new_org()
+    yield view
+    end_live_batches(view, Engine(request.getfixturevalue("engine_url")))
+
+
+def end_live_batches(view: Server, engine: Engine, timeout: float = 60.0) -> None:
+    """Cancel every batch the test's organizations left running, letting held requests go, until all have ended."""
+    deadline = time.monotonic() + timeout
+    while True:
+        live = []
+        for key in view.keys_made:
+            page = view.http("GET", "/batches", api_key=key, params={"limit": 100})
+            if page.status_code == 200:
+                live += [(key, b) for b in page.json()["data"] if b["status"] not in TERMINAL]
+        if not live:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"batches left running after the test would not end: {[b for _, b in live]}")
+        for key, batch in live:
+            if batch["status"] != "cancelling":
+                view.http("POST", f"/batches/{batch['id']}/cancel", api_key=key)
+        engine.release()
+        time.sleep(0.05)

@@ -13,6 +13,8 @@ import pytest
 from tests.support.execution import wait_letting_held_through
 from tests.support.records import error_of
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 # CONTRACT section 6, every field of the batch object.
 BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",
@@ -142,7 +144,7 @@ def test_batch_object_shape_and_usage(server, engine):
 
 def test_retrieve_unknown_or_other_organization_is_404(server):
     mine = _create(server, ["hello"])
-    other_key = server.new_org_key("other-org")
+    other_key = server.new_org_key()
     error_of(server.http("GET", f"/batches/{UNKNOWN_BATCH}"), 404, "not_found", "batch_id")
     _same_404(server, "GET", "/batches/{}", mine["id"], other_key)
     with pytest.raises(openai.NotFoundError):
@@ -189,7 +191,7 @@ def test_list_newest_first_with_paging(server):
     error_of(server.http("GET", "/batches", params={"after": UNKNOWN_BATCH}), 404, "not_found", "after")
 
     # Another organization sees none of them and cannot page from one of them.
-    other_key = server.new_org_key("other-org")
+    other_key = server.new_org_key()
     theirs = server.http("GET", "/batches", api_key=other_key).json()
     assert theirs["data"] == [] and theirs["has_more"] is False
     error_of(server.http("GET", "/batches", params={"after": created[3]}, api_key=other_key), 404, "not_found",
@@ -314,7 +316,7 @@ def test_metadata_limits(server):
 
 def test_metadata_of_another_organization_is_404(server):
     batch = _create(server, ["hello"], metadata={"mine": "yes"})
-    other_key = server.new_org_key("other-org")
+    other_key = server.new_org_key()
     _same_404(server, "POST", "/batches/{}/metadata", batch["id"], other_key, json={"metadata": {"x": "y"}})
     # 404 before 400: a bad map does not reveal that the id exists.
     _same_404(server, "POST", "/batches/{}/metadata", batch["id"], other_key,
@@ -338,13 +340,13 @@ def test_cancel_a_terminal_batch_is_409(server):
     assert _get(server, batch["id"]) == done  # untouched
 
     error_of(server.http("POST", f"/batches/{UNKNOWN_BATCH}/cancel"), 404, "not_found", "batch_id")
-    other_key = server.new_org_key("other-org")
+    other_key = server.new_org_key()
     _same_404(server, "POST", "/batches/{}/cancel", batch["id"], other_key)
 
 
 def test_cancel_a_running_batch(make_server, engine):
     server = make_server(concurrency=2)
-    other_key = server.new_org_key("other-org")
+    other_key = server.new_org_key()
     total = 10
     batch = _create(server, [f"req-{i} #hold=req" for i in range(total)])
     engine.wait_held("req", 2)
@@ -422,8 +424,8 @@ def test_cancel_a_queued_batch(make_server, engine):
 
 def test_batch_scopes_and_keys(server):
     batch = _create(server, ["hello"])
-    files_only = server.new_org_key("files-only", "--scopes", "files.read,files.write")
-    read_only = server.new_org_key("batch-readers", "--scopes", "batch.read")
+    files_only = server.new_org_key(None, "--scopes", "files.read,files.write")
+    read_only = server.new_org_key(None, "--scopes", "batch.read")
     for method, path, kwargs in (("GET", "/batches", {}), ("GET", f"/batches/{batch['id']}", {})):
         error_of(server.http(method, path, api_key=files_only, **kwargs), 403, "insufficient_scope",
                type_="permission_error")

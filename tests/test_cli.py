@@ -14,6 +14,8 @@ import orjson
 from tests.support.execution import wait_letting_held_through
 from tests.support.server import ORL, free_port
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 CHAT = "/v1/chat/completions"
 
 
@@ -215,7 +217,7 @@ def test_idempotency_key_tags_and_retry_reuses_the_input_file(server, tmp_path):
 
 def test_expedited_disabled_exits_6(server, tmp_path):
     path = _good(tmp_path / "in.jsonl", 1)
-    off = server.admin("org", "set", "default", "--expedited", "off")
+    off = server.admin("org", "set", server.org, "--expedited", "off")
     assert off.returncode == 0, off.stderr
     done = server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited")
     err = _refused(done, 6, "feature_disabled")
@@ -241,7 +243,7 @@ def test_bad_api_key_exits_3(server):
 def test_missing_scope_exits_3(server, tmp_path):
     path = _good(tmp_path / "in.jsonl", 1)
     file_id = _ok(server.orl("files", "upload", str(path)))["id"]
-    made = server.admin("key", "create", "--org", "default", "--scopes", "batch.read,files.read")
+    made = server.admin("key", "create", "--org", server.org, "--scopes", "batch.read,files.read")
     assert made.returncode == 0, made.stderr
     reader = made.stdout.strip()
     done = server.orl("batches", "create", "--input-file-id", file_id, api_key=reader)

@@ -5,6 +5,7 @@ Per-record rejections are in test_create_rules.py.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from tests.support.records import (
@@ -23,11 +24,11 @@ from tests.support.records import (
     upload,
 )
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 FEATURE_DISABLED = 'priority "expedited" is not enabled for this organization'
 UNKNOWN_FILE = "file-000000000000000000000000"
 _DROP = object()  # leave the field out of the body
-DEFAULT_ORG = "default"  # the organization of the key `orl serve` makes on first start (server.api_key)
-
 
 def _workflow(custom_id: str = "wf", where: str = "body", **body: Any) -> dict[str, Any]:
     record = chat(custom_id, **body)
@@ -52,9 +53,9 @@ def test_401_before_anything_and_nothing_created(server):
     error_of(server.http("POST", "/batches", headers={"authorization": server.api_key}, api_key="", json=body),
              401, "invalid_api_key")  # no Bearer scheme
 
-    doomed = org_key(server, DEFAULT_ORG)
+    doomed = org_key(server, server.org)
     assert server.http("GET", "/batches", api_key=doomed).status_code == 200
-    revoke(server, DEFAULT_ORG, doomed)
+    revoke(server, server.org, doomed)
     error_of(create(server, api_key=doomed, requests=[chat("req-1")]), 401, "invalid_api_key")
     error_of(create(server, api_key=doomed, requests=[chat("req-1")], priority="expedited", endpoint="/x"), 401,
              "invalid_api_key")
@@ -63,8 +64,8 @@ def test_401_before_anything_and_nothing_created(server):
 
 def test_403_missing_scopes(server):
     full = server.api_key
-    no_write = org_key(server, DEFAULT_ORG, "--scopes", "batch.read,files.read,files.write")
-    no_files_read = org_key(server, DEFAULT_ORG, "--scopes", "batch.read,batch.write,files.write")
+    no_write = org_key(server, server.org, "--scopes", "batch.read,files.read,files.write")
+    no_files_read = org_key(server, server.org, "--scopes", "batch.read,batch.write,files.write")
     file_id = upload(server, jsonl(chat("req-1")), api_key=full)
 
     def refused(resp):
@@ -86,7 +87,7 @@ def test_403_missing_scopes(server):
 
 
 def test_402_used_up_budget(server):
-    broke = org_key(server, DEFAULT_ORG, "--budget-usd", "0")
+    broke = org_key(server, server.org, "--budget-usd", "0")
     other = server.api_key
     file_id = upload(server, jsonl(chat("req-1")), api_key=other)
 
@@ -96,25 +97,26 @@ def test_402_used_up_budget(server):
     refused(create(server, api_key=broke, requests=[chat("req-1")]))
     refused(create(server, api_key=broke, input_file_id=file_id))
     # Before the feature switch, the request's fields and the input.
-    assert server.admin("org", "set", DEFAULT_ORG, "--expedited", "off").returncode == 0
+    assert server.admin("org", "set", server.org, "--expedited", "off").returncode == 0
     refused(create(server, api_key=broke, requests=[chat("req-1")], priority="expedited"))
     refused(create(server, api_key=broke, input_file_id=UNKNOWN_FILE, endpoint="/v1/nope", completion_window="1h"))
     refused(create(server, api_key=broke, requests=[_workflow()]))
     # ... but after the scopes.
-    broke_reader = org_key(server, DEFAULT_ORG, "--scopes", "batch.read", "--budget-usd", "0")
+    broke_reader = org_key(server, server.org, "--scopes", "batch.read", "--budget-usd", "0")
     error_of(create(server, api_key=broke_reader, requests=[chat("req-1")]), 403, "insufficient_scope",
              type_="permission_error")
     assert batch_ids(server, api_key=other) == []
     # Only "used up" is checked: a key with budget left creates.
-    rich = org_key(server, DEFAULT_ORG, "--budget-usd", "0.000001")
+    rich = org_key(server, server.org, "--budget-usd", "0.000001")
     resp = create(server, api_key=rich, requests=[chat("req-1")])
     assert resp.status_code == 200, resp.text
     assert batch_ids(server, api_key=other) == [resp.json()["id"]]
 
 
 def test_409_feature_disabled_before_the_rest_of_the_request(server):
-    key = server.new_org_key("no-expedited")
-    assert server.admin("org", "set", "no-expedited", "--expedited", "off").returncode == 0
+    no_expedited = f"no-expedited-{secrets.token_hex(3)}"
+    key = server.new_org_key(no_expedited)
+    assert server.admin("org", "set", no_expedited, "--expedited", "off").returncode == 0
     file_id = upload(server, jsonl(chat("req-1")), api_key=key)
     workflow_file = upload(server, jsonl(_workflow()), api_key=key)
     junk_file = upload(server, jsonl(chat("req-1", stream=True), b"{oops"), api_key=key)
@@ -147,7 +149,7 @@ def test_409_feature_disabled_before_the_rest_of_the_request(server):
     resp = create(server, requests=[chat("req-1")], priority="expedited")
     assert resp.status_code == 200, resp.text
     assert resp.json()["priority"] == "expedited"
-    assert server.admin("org", "set", "no-expedited", "--expedited", "on").returncode == 0
+    assert server.admin("org", "set", no_expedited, "--expedited", "on").returncode == 0
     resp = create(server, api_key=key, input_file_id=file_id, priority="expedited")
     assert resp.status_code == 200, resp.text
     assert resp.json()["priority"] == "expedited"
@@ -156,7 +158,7 @@ def test_409_feature_disabled_before_the_rest_of_the_request(server):
 
 def test_400_bad_fields_and_404_files(server):
     file_id = upload(server, jsonl(chat("req-1")))
-    other_key = server.new_org_key("elsewhere")
+    other_key = server.new_org_key()
     other_file = upload(server, jsonl(chat("req-1")), api_key=other_key)
     files = file_ids(server)
 

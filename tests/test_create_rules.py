@@ -30,6 +30,8 @@ from tests.support.records import (
 )
 from tests.support.server import TEST_CATALOG
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 # CONTRACT section 6, every field of the batch object; the create answer adds the rejection fields.
 BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",

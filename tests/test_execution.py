@@ -18,6 +18,8 @@ from tests.support.execution import (
 )
 from tests.support.server import TEST_CATALOG
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 LINE_KEYS = {"id", "custom_id", "response", "error"}
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from tests.support.records import error_of
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 
 def _record(custom_id: str, text: str, **body: object) -> bytes:
     return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
@@ -59,6 +61,7 @@ def _ids(page: dict) -> list[str]:
 
 
 def test_sdk_create_retrieve_list_content_delete(server):
+    others = _blob_files(server)  # other tests' files on this module's server
     client = server.client()
     content = _jsonl(3)
     created = _upload(client, content, name="mine.jsonl")
@@ -87,7 +90,7 @@ def test_sdk_create_retrieve_list_content_delete(server):
     assert list(client.files.list()) == []
     for method, path in (("GET", ""), ("GET", "/content"), ("DELETE", "")):
         error_of(server.http(method, f"/files/{created.id}{path}"), 404, "not_found", "file_id")
-    assert _blob_files(server) == set()  # the bytes went with the file
+    assert _blob_files(server) == others  # the bytes went with the file
 
 
 def test_repeated_upload_stores_a_new_file(server):
@@ -226,6 +229,7 @@ def test_upload_over_the_limit_is_413_and_leaves_nothing(make_server):
 
 
 def test_wrong_or_missing_purpose_is_400(server):
+    others = _blob_files(server)  # other tests' files on this module's server
     client = server.client()
     for purpose in ("fine-tune", "", None):
         content_type, body = _form(b"{}\n", purpose)
@@ -235,10 +239,11 @@ def test_wrong_or_missing_purpose_is_400(server):
         client.files.create(file=("r.jsonl", io.BytesIO(b"{}\n")), purpose="assistants")
     assert caught.value.body["param"] == "purpose"
     assert list(client.files.list()) == []
-    assert _blob_files(server) == set()
+    assert _blob_files(server) == others
 
 
 def test_missing_file_part_is_400(server):
+    others = _blob_files(server)  # other tests' files on this module's server
     content_type, body = _form(None, "batch")
     resp = server.http("POST", "/files", content=body, headers={"content-type": content_type})
     error_of(resp, 400, "invalid_request_error", "file")
@@ -246,7 +251,7 @@ def test_missing_file_part_is_400(server):
     resp = server.http("POST", "/files", json={"purpose": "batch", "file": "{}"})
     error_of(resp, 400, "invalid_request_error", None)
     assert list(server.client().files.list()) == []
-    assert _blob_files(server) == set()
+    assert _blob_files(server) == others
 
 
 # -- identity -------------------------------------------------------------------------------------------------
@@ -254,7 +259,7 @@ def test_missing_file_part_is_400(server):
 
 def test_other_organization_sees_a_404_like_an_unknown_id(server):
     mine = _upload(server.client(), b"secret\n")
-    other_key = server.new_org_key("other-org")
+    other_key = server.new_org_key()
     other = server.client(api_key=other_key)
     unknown = "file-" + "0" * 24
 
@@ -284,6 +289,7 @@ def test_other_organization_sees_a_404_like_an_unknown_id(server):
 
 
 def test_no_or_unknown_key_is_401(server):
+    others = _blob_files(server)  # other tests' files on this module's server
     mine = _upload(server.client(), b"x\n")
     content_type, body = _form(b"x\n", "batch")
     calls = [("GET", "/files", {}), ("GET", f"/files/{mine.id}", {}), ("GET", f"/files/{mine.id}/content", {}),
@@ -295,12 +301,12 @@ def test_no_or_unknown_key_is_401(server):
     with pytest.raises(openai.AuthenticationError):
         server.client(api_key="orl-not-a-real-key").files.list()
     assert [f.id for f in server.client().files.list()] == [mine.id]
-    assert _blob_files(server) == {mine.id}
+    assert _blob_files(server) == others | {mine.id}
 
 
 def test_missing_scope_is_403(server):
-    read_only = server.new_org_key("readers", "--scopes", "files.read,batch.read")
-    write_only = server.new_org_key("writers", "--scopes", "files.write")
+    read_only = server.new_org_key(None, "--scopes", "files.read,batch.read")
+    write_only = server.new_org_key(None, "--scopes", "files.write")
 
     def forbidden(resp):
         error = error_of(resp, 403, "insufficient_scope", None, type_="permission_error")

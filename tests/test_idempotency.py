@@ -30,7 +30,7 @@ from openrelay.store.schema import idempotency_keys
 from tests.support.records import CHAT, batch_ids, chat, error_of, file_ids, jsonl, org_key, upload
 from tests.support.server import Server, free_port
 
-DEFAULT_ORG = "default"
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
 
 def _body(**fields: Any) -> bytes:
@@ -243,12 +243,12 @@ def test_concurrent_creates_with_one_key_make_one_batch_across_two_servers(serve
 
 
 def test_only_a_200_is_stored_a_failed_create_frees_the_key(server):
-    off = server.admin("org", "set", DEFAULT_ORG, "--expedited", "off")
+    off = server.admin("org", "set", server.org, "--expedited", "off")
     assert off.returncode == 0, off.stderr
     body = _inline("a", priority="expedited")
     error_of(_post(server, body, "k-fail"), 409, "feature_disabled")
     error_of(_post(server, body, "k-fail"), 409, "feature_disabled")  # the refusal is not replayed: it ran again
-    on = server.admin("org", "set", DEFAULT_ORG, "--expedited", "on")
+    on = server.admin("org", "set", server.org, "--expedited", "on")
     assert on.returncode == 0, on.stderr
     batch = _ok(_post(server, body, "k-fail"))
     assert batch["priority"] == "expedited"
@@ -299,9 +299,9 @@ def test_scope_and_budget_are_checked_before_the_key(server):
     body = _body(input_file_id=upload(server, content))
     first = _post(server, body, "k-scoped")
     batch = _ok(first)
-    no_write = org_key(server, DEFAULT_ORG, "--scopes", "batch.read,files.read,files.write")
-    no_files_read = org_key(server, DEFAULT_ORG, "--scopes", "batch.read,batch.write,files.write")
-    spent = org_key(server, DEFAULT_ORG, "--budget-usd", "0")
+    no_write = org_key(server, server.org, "--scopes", "batch.read,files.read,files.write")
+    no_files_read = org_key(server, server.org, "--scopes", "batch.read,batch.write,files.write")
+    spent = org_key(server, server.org, "--budget-usd", "0")
     for api_key in (no_write, no_files_read):
         error_of(_post(server, body, "k-scoped", api_key=api_key), 403, "insufficient_scope",
                  type_="permission_error")
@@ -309,7 +309,7 @@ def test_scope_and_budget_are_checked_before_the_key(server):
     error_of(_post(server, b"{not json", "k-scoped", api_key=no_write), 403, "insufficient_scope",
              type_="permission_error")
     # The key belongs to the organization, so another key of it with every scope gets the stored answer.
-    assert _post(server, body, "k-scoped", api_key=org_key(server, DEFAULT_ORG)).content == first.content
+    assert _post(server, body, "k-scoped", api_key=org_key(server, server.org)).content == first.content
     assert batch_ids(server) == [batch["id"]]
 
 
@@ -368,7 +368,7 @@ def test_cli_retry_finds_the_first_batch_before_uploading(server, tmp_path):
 
 
 def test_cli_key_without_batch_read_still_creates(server, tmp_path):
-    writer = org_key(server, DEFAULT_ORG, "--scopes", "batch.write,files.read,files.write")
+    writer = org_key(server, server.org, "--scopes", "batch.write,files.read,files.write")
     args = ("batches", "create", "--input-file", str(_cli_input(tmp_path)), "--idempotency-key", "cli-blind")
     first = server.orl(*args, api_key=writer)
     assert first.returncode == 0, first.stderr

@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,10 @@ class Server:
     args: list[str]
     proc: subprocess.Popen[bytes] | None = None
     api_key: str = ""
+    org: str = "default"  # the organization api_key belongs to (`orl serve` makes "default" on first start)
     log_path: Path = field(init=False)
+    accounts: Any = field(default=None, repr=False)  # the store's accounts, opened in this process on first use
+    keys_made: list[str] = field(default_factory=list, repr=False)  # every-scope keys of new organizations
 
     def __post_init__(self) -> None:
         self.log_path = self.data_dir / "serve.log"
@@ -117,6 +121,7 @@ class Server:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
+        self.close_store()
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -153,12 +158,44 @@ class Server:
                               text=True, timeout=120)
 
     def new_org_key(self, name: str | None = None, *extra: str) -> str:
-        """A fresh organization and a key of it (every scope unless ``extra`` says otherwise)."""
+        """A fresh organization and a key of it (every scope unless ``extra`` says otherwise).
+
+        ``extra`` takes `orl admin key create`'s ``--scopes`` and ``--budget-usd``. Made straight on the store
+        in this process, as `orl admin` does (tests/test_admin.py covers the command itself): spawning it twice
+        cost more than starting a server."""
         name = name or f"org-{secrets.token_hex(4)}"
-        assert self.admin("org", "create", name).returncode == 0
-        done = self.admin("key", "create", "--org", name, *extra)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
+        options = dict(zip(extra[::2], extra[1::2], strict=True))
+        assert set(options) <= {"--scopes", "--budget-usd"}, extra
+        accounts = self.store_accounts()
+        org = accounts.create_org(name)
+        scopes = options.get("--scopes")
+        budget = options.get("--budget-usd")
+        _key, secret = accounts.create_key(
+            org.id, **({} if scopes is None else {"scopes": tuple(s for s in scopes.split(",") if s)}),
+            budget_nano_usd=None if budget is None else int(Decimal(budget) * 10**9))
+        if scopes is None:
+            self.keys_made.append(secret)
+        return secret
+
+    def store_accounts(self) -> Any:
+        if self.accounts is None:
+            from openrelay.runtime import open_store  # SQLAlchemy: only for the tests that make accounts
+
+            self.accounts = open_store(self.database_url)
+        return self.accounts[1]
+
+    def close_store(self) -> None:
+        if self.accounts is not None:
+            self.accounts[0].dispose()
+            self.accounts = None
+
+    def for_new_org(self) -> Server:
+        """This same running server, seen by a fresh organization: its ``api_key`` and ``org`` are new."""
+        org = f"org-{secrets.token_hex(6)}"
+        self.store_accounts()  # opened once, here, and shared with the view; closed when this server stops
+        view = replace(self, org=org, keys_made=[])
+        view.api_key = view.new_org_key(org)
+        return view
 
     def wait(self, batch_id: str, timeout: float = 120.0, api_key: str | None = None) -> dict[str, Any]:
         """Poll until the batch is terminal; returns it."""
