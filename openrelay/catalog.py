@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from .errors import CatalogError
+from .urls import HttpUrl, UrlRefused, normalized_http_url
 
 __all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "ToolLimits", "load_catalog", "parse_catalog"]
 
@@ -75,17 +74,26 @@ class Catalog:
         return self.pricing[priority]
 
     def tool_url_allowed(self, url: str) -> bool:
-        """Whether an allow entry covers ``url``: the same scheme, host and port, and the entry's path or a path
-        under it (``/mcp`` covers ``/mcp`` and ``/mcp/x``, not ``/mcpx``; ``/`` covers every path).
+        return self.allowed_tool_url(url) is not None
 
-        Compared parsed, not as strings: as a string prefix ``https://tools.example.com`` would also admit
-        ``https://tools.example.com.evil.net/`` and ``https://tools.example.com:1@evil.net/``. A URL with
-        userinfo, or with characters that URL parsers read differently (backslashes, spaces, controls, non-ASCII),
-        is allowed by no entry."""
-        target = _url_origin_path(url)
-        return target is not None and any(
-            entry is not None and target[0] == entry[0] and _under(target[1], entry[1])
-            for entry in map(_url_origin_path, self.tools_allow))
+    def allowed_tool_url(self, url: str) -> str | None:
+        """The URL to connect to for ``url`` when an allow entry covers it, else None: ``url`` normalized
+        (``openrelay.urls``: dot segments, also percent-encoded ones, and empty segments resolved), with the same
+        scheme, host and port as the entry, and the entry's path or a path under it (``/mcp`` covers ``/mcp`` and
+        ``/mcp/x``, not ``/mcpx``; ``/`` covers every path).
+
+        Compared parsed and normalized, not as strings: as a string prefix ``https://tools.example.com`` would
+        also admit ``https://tools.example.com.evil.net/`` and ``https://tools.example.com:1@evil.net/``, and
+        ``https://tools.example.com/mcp/../admin`` would pass for a path under ``/mcp``. A URL with userinfo, or
+        with a shape servers read in more than one way (an encoded slash, backslashes, spaces, controls,
+        non-ASCII), is allowed by no entry. Connecting to the URL returned is what makes the check hold: the
+        server is asked for exactly the path that was compared."""
+        try:
+            target = normalized_http_url(url)
+        except UrlRefused:
+            return None
+        allowed = any(entry is not None and entry.covers(target) for entry in map(_allow_entry, self.tools_allow))
+        return target.url if allowed else None
 
     def as_api(self) -> dict[str, Any]:
         return {"object": "list", "data": [
@@ -94,26 +102,11 @@ class Catalog:
         ]}
 
 
-@functools.lru_cache(maxsize=1024)  # a create checks every record's servers against every entry
-def _url_origin_path(url: str) -> tuple[tuple[str, str, int], str] | None:
-    """``((scheme, host, port), path)`` of an http(s) URL, the host lower-cased and the port made explicit; None
-    for anything else, or for a URL that names userinfo or has characters outside printable ASCII or ``\\``."""
-    if not url.isascii() or not url.isprintable() or " " in url or "\\" in url:
-        return None
-    parts = urlsplit(url)
+def _allow_entry(entry: str) -> HttpUrl | None:
     try:
-        port = parts.port
-    except ValueError:
+        return normalized_http_url(entry)
+    except UrlRefused:  # parse_catalog refuses such an entry; a Catalog made otherwise may still hold one
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
-        return None
-    if port is None:
-        port = 443 if parts.scheme == "https" else 80
-    return (parts.scheme, parts.hostname, port), parts.path or "/"
-
-
-def _under(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/")
 
 
 def _model(raw: dict[str, Any]) -> ModelSpec:
@@ -157,8 +150,12 @@ def parse_catalog(text: str) -> Catalog:
         raise CatalogError(f"catalog: a model name appears twice: {sorted(n for n in names if names.count(n) > 1)[0]}")
     tools = raw.get("tools") or {}
     for entry in tools.get("allow", ()):
-        if not isinstance(entry, str) or _url_origin_path(entry) is None:
+        if not isinstance(entry, str):
             raise CatalogError(f"catalog: [tools] allow entry {entry!r} is not an http(s) URL without userinfo")
+        try:
+            normalized_http_url(entry)
+        except UrlRefused as exc:
+            raise CatalogError(f"catalog: [tools] allow entry {entry!r} {exc}") from None
     return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=tuple(tools.get("allow", ())),
                    tool_limits=_tool_limits(tools))
 

@@ -1,8 +1,12 @@
-"""HTTP clients for tool servers that never reach a link-local or cloud metadata address.
+"""HTTP clients for tool servers that never reach a link-local or cloud metadata address, nor a URL outside the
+operator's allow-list.
 
-The check is made by the connection itself: it resolves the host, refuses it if any address it resolves to is
-blocked, and connects to an address it checked. A separate check before connecting would leave a gap: a name
-can resolve to a harmless address for the check and to a blocked one for the connection (DNS rebinding).
+The address check is made by the connection itself: it resolves the host, refuses it if any address it resolves
+to is blocked, and connects to an address it checked. A separate check before connecting would leave a gap: a
+name can resolve to a harmless address for the check and to a blocked one for the connection (DNS rebinding).
+The allow-list is checked on every request the client sends, not only on the URL it was given: the MCP SDK
+follows a redirect that stays on the server's origin, and a 307 from ``/mcp`` to ``/admin`` would otherwise
+carry the record's headers to a path the operator never allowed.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import functools
 import ipaddress
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -23,13 +28,17 @@ from ..validation.tool_config import blocked_address
 __all__ = ["BlockedAddress", "checked_client"]
 
 
-def checked_client(headers: dict[str, str], timeout: httpx2.Timeout) -> httpx2.AsyncClient:
-    """No proxy from the environment either: the address checked must be the one connected to."""
-    return httpx2.AsyncClient(headers=headers, timeout=timeout, transport=_CheckedTransport(), trust_env=False)
+def checked_client(headers: dict[str, str], timeout: httpx2.Timeout,
+                   url_allowed: Callable[[str], bool]) -> httpx2.AsyncClient:
+    """A client that sends only requests whose URL ``url_allowed`` accepts. No proxy from the environment
+    either: the address checked must be the one connected to."""
+    return httpx2.AsyncClient(headers=headers, timeout=timeout, transport=_CheckedTransport(url_allowed),
+                              trust_env=False)
 
 
 class BlockedAddress(OSError):
-    """A tool server's host resolved to a link-local or metadata address."""
+    """A request the client will not send: its host resolved to a link-local or metadata address, or its URL
+    is outside the allow-list. ``str()`` completes "tool server URL ..."."""
 
 
 class _CheckedBackend(httpcore2.AsyncNetworkBackend):
@@ -63,9 +72,15 @@ class _CheckedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's own transport, its connection pool on ``_CheckedBackend`` (the pool is the one place httpx2
     lets a network backend in; ``_pool`` is its name in the pinned httpx2 version)."""
 
-    def __init__(self) -> None:
+    def __init__(self, url_allowed: Callable[[str], bool]) -> None:
         super().__init__(verify=_ssl_context(), trust_env=False)
         self._pool = httpcore2.AsyncConnectionPool(ssl_context=_ssl_context(), network_backend=_CheckedBackend())
+        self._url_allowed = url_allowed
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if not self._url_allowed(str(request.url)):
+            raise BlockedAddress(f"led to a request for {request.url}, which the operator does not allow")
+        return await super().handle_async_request(request)
 
 
 @functools.cache

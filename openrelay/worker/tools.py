@@ -7,8 +7,9 @@ turn's completion with ``usage`` summed over every turn, so billing (which reads
 a record resumed after a crash runs its loop from the start, and only a record's final line is ever committed.
 
 Safety: a server is contacted only if the catalog's ``[tools] allow`` covers it when the record runs (the catalog
-may have changed since the create) and its host resolves to no link-local or metadata address, a check the
-connection makes itself, on the addresses it then connects to. Tool-server time is bounded per call and per
+may have changed since the create), compared and connected to in its normalized form (``openrelay.urls``), and
+its host resolves to no link-local or metadata address, a check the connection makes itself, on the addresses
+it then connects to. Tool-server time is bounded per call and per
 record (``ToolLimits``), closing the sessions included; a failed or timed-out tool call is the tool's answer to
 the model, not the record's end; a tool result is cut at ``max_output_bytes``. Whatever a tool server does ends
 at most its record, as a ``ToolLoopFailed``: never the batch the record is part of.
@@ -214,15 +215,20 @@ class _Budget:
 async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], catalog: Catalog,
                    budget: _Budget) -> Client:
     url = server["url"]
-    if not catalog.tool_url_allowed(url):
+    # The normalized URL is the one connected to: the server is asked for exactly the path the allow-list
+    # compared (``/mcp/x/%2e%2e/y`` is sent as ``/mcp/y``), and the HTTP client checks every request it sends,
+    # a redirect the MCP SDK follows included.
+    target = catalog.allowed_tool_url(url)
+    if target is None:
         raise ToolLoopFailed("tool_server_not_allowed", f"tool server {url} is not allowed by the operator")
     # No HTTP read timeout: it would fire inside the SDK's background tasks and tear the session down; our
     # cancel scopes time every wait instead.
     timeout = httpx2.Timeout(budget.limits.call_timeout_seconds, read=None)
     with budget.setting_up(f"tool server {url}: connecting"):
         try:  # making the HTTP client too: it encodes the record's headers
-            http = await stack.enter_async_context(checked_client(server.get("headers") or {}, timeout))
-            client = Client(streamable_http_client(url, http_client=http))
+            http = await stack.enter_async_context(checked_client(server.get("headers") or {}, timeout,
+                                                                  catalog.tool_url_allowed))
+            client = Client(streamable_http_client(target, http_client=http))
             await stack.enter_async_context(client)
         except Exception as exc:
             blocked = _found(exc, BlockedAddress)
