@@ -1,5 +1,10 @@
 """Streaming multipart/form-data for uploads: the ``file`` part flows chunk by chunk into a sink, the small
-text fields are collected. Nothing is spooled: the sink decides where the bytes go."""
+text fields are collected. Nothing is spooled: the sink decides where the bytes go.
+
+A form is taken only whole: it must end with its closing boundary (``--BOUNDARY--``), hold exactly one ``file``
+part and each text field once. Otherwise ``stream_form`` raises ``InvalidRequest``, possibly after the sink got
+bytes: its caller discards them (a body cut short would otherwise be stored as a partial file, and a second
+``file`` part appended to the first)."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ class _Form:
         self._name = ""
         self._is_file = False
         self._buffer = bytearray()
+        self.complete = False  # the closing boundary was read
 
     def on_part_begin(self) -> None:
         self._headers, self._name, self._is_file, self._buffer = {}, "", False, bytearray()
@@ -44,6 +50,9 @@ class _Form:
         _, options = parse_options_header(self._headers.get(b"content-disposition", b""))
         self._name = options.get(b"name", b"").decode("utf-8", "replace")
         if self._name == "file":
+            if self.filename is not None:
+                raise InvalidRequest("the form has more than one 'file' part; upload one file per request",
+                                     param="file")
             self._is_file = True
             self.filename = options.get(b"filename", b"upload.jsonl").decode("utf-8", "replace")
 
@@ -57,7 +66,12 @@ class _Form:
 
     def on_part_end(self) -> None:
         if not self._is_file and self._name:
+            if self._name in self.fields:
+                raise InvalidRequest(f"the form has more than one {self._name!r} field", param=self._name)
             self.fields[self._name] = self._buffer.decode("utf-8", "replace")
+
+    def on_end(self) -> None:
+        self.complete = True
 
 
 async def stream_form(content_type: str | None, body: AsyncIterator[bytes],
@@ -70,7 +84,7 @@ async def stream_form(content_type: str | None, body: AsyncIterator[bytes],
     form = _Form(on_file_data)
     callbacks = {name: getattr(form, name) for name in (
         "on_part_begin", "on_header_field", "on_header_value", "on_header_end", "on_headers_finished",
-        "on_part_data", "on_part_end")}
+        "on_part_data", "on_part_end", "on_end")}
     parser = MultipartParser(boundary, callbacks)  # type: ignore[arg-type]
     try:
         async for chunk in body:
@@ -78,4 +92,7 @@ async def stream_form(content_type: str | None, body: AsyncIterator[bytes],
         parser.finalize()
     except MultipartParseError as exc:
         raise InvalidRequest(f"malformed multipart body: {exc}") from exc
+    if not form.complete:  # python-multipart's finalize() does not check this itself
+        raise InvalidRequest("the multipart body ended before its closing boundary (--boundary--): the upload "
+                             "is incomplete")
     return form.fields, form.filename
