@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Settings"]
@@ -44,10 +44,11 @@ class Settings:
     run_attempts: int = 8  # runs of a batch that fail for a reason of their own before the batch fails
     run_retry_base_seconds: float = 2.0  # wait after the first failed run; doubles each time, capped below
     run_retry_max_seconds: float = 300.0
+    metrics_token: str | None = field(default=None, repr=False)  # GET /metrics needs it when set (not logged)
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
-              window_seconds: int = 86_400) -> Settings:
+              window_seconds: int = 86_400, metrics_token: str | None = None) -> Settings:
         data_dir = data_dir.expanduser().resolve()
         url = database_url or f"sqlite:///{data_dir / 'openrelay.db'}"
         return cls(
@@ -55,6 +56,7 @@ class Settings:
             database_url=url,
             catalog_path=catalog_path,
             window_seconds=window_seconds,
+            metrics_token=metrics_token or None,  # an empty token (an empty env variable) is none
             # Limits and timings below are overridable from the environment so tests can shrink them.
             max_upload_bytes=_env_int("OPENRELAY_MAX_UPLOAD_BYTES", 200_000_000),
             max_records=_env_int("OPENRELAY_MAX_RECORDS", 50_000),

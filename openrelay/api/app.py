@@ -18,6 +18,7 @@ from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
 from ..service.auth import authenticate
+from ..service.metrics_access import require_metrics_token
 from ..types import ApiKey
 from .guard import RenderUnexpectedErrors
 from .multipart import stream_form
@@ -73,7 +74,8 @@ def create_app(rt: Runtime) -> FastAPI:
     register_queue_depths(rt.batches.queue_depths)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        require_metrics_token(rt.settings.metrics_token, request.headers.get("authorization"))
         return Response(await run_in_threadpool(generate_latest), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")

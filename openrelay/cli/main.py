@@ -38,13 +38,16 @@ def serve(
     window_seconds: Window = 86_400,
     with_worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Also run a worker here (--no-worker: "
                                               "API only, with `orl worker` processes elsewhere).")] = True,
+    metrics_token: Annotated[str | None, typer.Option(envvar="OPENRELAY_METRICS_TOKEN", show_envvar=True,
+                                                      help="GET /metrics then needs 'Authorization: Bearer "
+                                                           "TOKEN' (default: open).")] = None,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
     from ..config import Settings
     from ..server import serve as run_server
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
-                              window_seconds=window_seconds)
+                              window_seconds=window_seconds, metrics_token=metrics_token)
     with _refusing_bad_catalogs():
         run_server(settings, host=host, port=port, with_worker=with_worker)
 

@@ -1,0 +1,30 @@
+"""Who may read ``GET /metrics``: anyone, unless the operator set a metrics token (``orl serve --metrics-token``
+or ``OPENRELAY_METRICS_TOKEN``); then only a request carrying ``Authorization: Bearer <token>``.
+
+The metrics show model names, fleet-wide queue depths and process memory: not an organization's data, yet not
+for the public either. The token is the operator's, not an API key: no organization owns it and no key opens
+the metrics."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from ..errors import Unauthorized
+
+__all__ = ["require_metrics_token"]
+
+
+def require_metrics_token(expected: str | None, authorization: str | None) -> None:
+    """Raises ``Unauthorized`` (401 ``invalid_metrics_token``) unless no token is set or ``authorization``
+    carries it. Compared in constant time, over digests so that not even the token's length leaks."""
+    if expected is None:
+        return
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(given.strip()), _digest(expected)):
+        raise Unauthorized("GET /metrics needs the operator's metrics token: send 'Authorization: Bearer <token>'",
+                           code="invalid_metrics_token")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
