@@ -1,21 +1,101 @@
-"""Who is calling, and may they? 401 for no or an unknown key, 403 for a missing scope."""
+"""Who is calling, and may they? 401 for no or an unknown key, 403 for a missing scope, 402 for a used-up budget.
+
+Reads may use a key as the store showed it up to ``key_cache_seconds`` ago (``Keys.cached``), so that a poll
+costs one database round trip, not two. The bound is a TTL, not a signal: a key revoked by any process on any
+machine (``orl admin key revoke``) stops working here at most that long after the revoke commits, with nothing
+sent between processes. Everything that writes reads the key fresh (``Keys.authenticate``): a create sees the
+key's spend as it is now, and a revoked key never writes again.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from ..errors import BudgetExceeded, InsufficientScope, Unauthorized
 from ..runtime import Runtime
+from ..store.accounts import Accounts, hash_key
 from ..types import ApiKey
 
-__all__ = ["authenticate", "require", "require_budget"]
+__all__ = ["Keys", "MAX_KEY_CACHE_SECONDS", "authenticate", "require", "require_budget"]
+
+MAX_KEY_CACHE_SECONDS = 2.0  # CONTRACT: a revoked key stops working within two seconds
+_MAX_CACHED_KEYS = 10_000
+
+
+def _secret(authorization: str | None) -> str:
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
+    return authorization[7:].strip()
 
 
 def authenticate(rt: Runtime, authorization: str | None) -> ApiKey:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
-    key = rt.accounts.authenticate(authorization[7:].strip())
+    """The caller's key as the store holds it now."""
+    return _live_key(rt.accounts, _secret(authorization))
+
+
+def _live_key(accounts: Accounts, secret: str) -> ApiKey:
+    key = accounts.authenticate(secret)
     if key is None:
         raise Unauthorized("Incorrect API key provided.")
     return key
+
+
+class Keys:
+    """Authentication with a brief in-process memory of live keys, by the SHA-256 of their secret.
+
+    An entry expires ``ttl`` seconds after the store read that filled it *began*, so it never shows a key as it
+    was more than ``ttl`` before now. Unknown and revoked keys are not remembered: they are asked for again.
+    """
+
+    def __init__(self, accounts: Accounts, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0 <= ttl <= MAX_KEY_CACHE_SECONDS:
+            raise ValueError(f"the key cache TTL must be 0 to {MAX_KEY_CACHE_SECONDS:g} s, not {ttl:g}")
+        self._accounts = accounts
+        self._ttl = ttl
+        self._clock = clock
+        self._live: dict[str, tuple[float, ApiKey]] = {}
+
+    def cached(self, authorization: str | None) -> ApiKey | None:
+        """The key if the store showed it live less than ``ttl`` ago, else None (then ask ``for_read``). No I/O,
+        so the event loop may call it."""
+        if not self._live or not authorization or not authorization.lower().startswith("bearer "):
+            return None
+        return self._remembered(hash_key(authorization[7:].strip()))
+
+    def for_read(self, authorization: str | None) -> ApiKey:
+        """The key for a request that only reads: from memory when recent enough, else from the store."""
+        secret = _secret(authorization)
+        digest = hash_key(secret)
+        key = self._remembered(digest)
+        if key is not None:
+            return key
+        started = self._clock()
+        key = _live_key(self._accounts, secret)
+        if self._ttl > 0:
+            if len(self._live) >= _MAX_CACHED_KEYS:
+                self._forget_expired()
+            self._live[digest] = (started + self._ttl, key)
+        return key
+
+    def authenticate(self, authorization: str | None) -> ApiKey:
+        """The key for a request that writes: always as the store holds it now."""
+        return _live_key(self._accounts, _secret(authorization))
+
+    def _remembered(self, digest: str) -> ApiKey | None:
+        entry = self._live.get(digest)
+        if entry is None:
+            return None
+        if self._clock() >= entry[0]:
+            self._live.pop(digest, None)
+            return None
+        return entry[1]
+
+    def _forget_expired(self) -> None:
+        now = self._clock()
+        self._live = {d: e for d, e in self._live.items() if e[0] > now}
+        if len(self._live) >= _MAX_CACHED_KEYS:
+            self._live.clear()
 
 
 def require(key: ApiKey, *scopes: str) -> None:

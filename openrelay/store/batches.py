@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -12,7 +14,8 @@ from sqlalchemy.engine import Connection, Row
 from ..errors import Conflict, NotFound
 from ..ids import now
 from ..types import TERMINAL, Batch, BatchStatus
-from .db import Database, holds_nul, newest_first_after
+from .compiled import CompiledRead, reader
+from .db import Database, holds_nul
 from .files import insert_file
 from .idempotency import Claim, complete_claim
 from .schema import batches
@@ -53,6 +56,59 @@ def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
     }
 
 
+# The columns the API's reads select, in the order of ``Batch``'s fields (every field is a column).
+_FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
+_COLUMNS = tuple(batches.c[name] for name in _FIELDS)
+_GET = CompiledRead(sa.select(*_COLUMNS).where(batches.c.id == sa.bindparam("batch_id"),
+                                               batches.c.org_id == sa.bindparam("org_id")))
+_ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
+    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id")))
+
+
+@functools.cache
+def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> CompiledRead:
+    """The page query for one combination of filters. Without a tag the database applies the limit; with one,
+    rows are read in chunks until enough of them carry the tag exactly."""
+    query = sa.select(*_COLUMNS).where(batches.c.org_id == sa.bindparam("org_id"))
+    if status:
+        query = query.where(batches.c.status == sa.bindparam("status"))
+    if model:
+        query = query.where(batches.c.model == sa.bindparam("model"))
+    if tag:
+        query = query.where(batches.c.metadata.like(sa.bindparam("tag_pattern"), escape="/"))
+    if after:
+        query = query.where(sa.tuple_(batches.c.created_ns, batches.c.id)
+                            < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
+    query = query.order_by(batches.c.created_ns.desc(), batches.c.id.desc())
+    return CompiledRead(query if tag else query.limit(sa.bindparam("rows")))
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` matched literally by LIKE ... ESCAPE '/' (what SQLAlchemy's ``autoescape`` does)."""
+    return text.replace("/", "//").replace("%", "/%").replace("_", "/_")
+
+
+_STATUSES = {s.value: s for s in BatchStatus}
+
+
+def _batch_from_values(values: tuple[Any, ...]) -> Batch:
+    """A row of ``_COLUMNS`` as the record. It is filled in directly, as the generated ``__init__`` of a frozen
+    dataclass does field by field through ``object.__setattr__``: that costs 4 of the 6 microseconds this takes
+    per row, and a page has 20 rows. Every field is set, since ``_COLUMNS`` has one column per field."""
+    m = dict(zip(_FIELDS, values, strict=True))
+    m["status"] = _STATUSES[m["status"]]
+    if m["errors"]:
+        m["errors"] = orjson.loads(m["errors"])
+    else:
+        m["errors"] = None
+    if m["metadata"] is not None:
+        m["metadata"] = orjson.loads(m["metadata"])
+    m["started"] = bool(m["started"])
+    record = object.__new__(Batch)
+    object.__setattr__(record, "__dict__", m)
+    return record
+
+
 class Batches:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -71,38 +127,48 @@ class Batches:
                 complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
-        row = None
+        values = None
         if not holds_nul(batch_id):
-            with self.db.read() as conn:
-                row = conn.execute(sa.select(batches).where(batches.c.id == batch_id,
-                                                            batches.c.org_id == org_id)).first()
-        if row is None:
+            with reader(self.db) as read:
+                values = read.first(_GET, {"batch_id": batch_id, "org_id": org_id})
+        if values is None:
             raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
-        return batch_from_row(row)
+        return _batch_from_values(values)
 
     def list(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
              model: str | None = None, tag: str | None = None) -> tuple[list[Batch], bool]:
+        """Newest first, after the batch ``after`` (404 when the organization has none such); one more row than
+        ``limit`` is read to tell whether there are more."""
+        if holds_nul(after):
+            raise NotFound(f"No such Batch object: {after}", param="after")
         if holds_nul(model, tag):
             return [], False  # no batch's model or tag holds NUL (and PostgreSQL cannot be asked about one)
-        query = sa.select(batches).where(batches.c.org_id == org_id)
+        params: dict[str, Any] = {"org_id": org_id, "rows": limit + 1}
         if status:
-            query = query.where(batches.c.status == status)
+            params["status"] = status
         if model:
-            query = query.where(batches.c.model == model)
+            params["model"] = model
         if tag:
             # Narrow in SQL on the tag as it is spelled in the stored JSON text (quotes and backslashes
             # escaped), then check the comma-separated list exactly below.
-            query = query.where(batches.c.metadata.contains(orjson.dumps(tag).decode()[1:-1], autoescape=True))
-        with self.db.read() as conn:
-            query = newest_first_after(conn, batches, query, org_id=org_id, after=after, kind="Batch")
-            found: list[Batch] = []
-            for row in conn.execute(query.execution_options(yield_per=200)):
-                batch = batch_from_row(row)
-                if tag and tag not in _tags(batch.metadata):
-                    continue
-                found.append(batch)
-                if len(found) > limit:
-                    break
+            params["tag_pattern"] = "%" + _like_escaped(orjson.dumps(tag).decode()[1:-1]) + "%"
+        query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
+        found: list[Batch] = []
+        with reader(self.db) as read:
+            if after:
+                anchor = read.first(_ANCHOR, {"batch_id": after, "org_id": org_id})
+                if anchor is None:
+                    raise NotFound(f"No such Batch object: {after}", param="after")
+                params["after_ns"], params["after_id"] = anchor
+            if not tag:
+                found = [_batch_from_values(v) for v in read.all(query, params)]
+            else:
+                for values in read.stream(query, params):
+                    batch = _batch_from_values(values)
+                    if tag in _tags(batch.metadata):
+                        found.append(batch)
+                        if len(found) > limit:
+                            break
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:

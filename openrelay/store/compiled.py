@@ -1,0 +1,149 @@
+"""Reads on the polling path, compiled once and run straight on the driver.
+
+A poll (``GET /v1/batches/{id}``, a page of ``GET /v1/batches``) is one SELECT that SQLite answers in a few
+microseconds; SQLAlchemy's ``Connection.execute`` around it costs several times that (the statement's cache key,
+the compiled-cache lookup, result metadata, the pool's checkout and reset, and the ``BEGIN``/``COMMIT`` of
+``Database.read``). So these reads keep their SQL in SQLAlchemy Core, like every other query, but compile it
+once per dialect and execute it on the DBAPI connection. A single SELECT needs no transaction to see one
+consistent snapshot: SQLite runs it in autocommit mode, and on PostgreSQL the pooled connection is switched to
+autocommit for it (a client-side setting, restored before the connection goes back). (A page after ``after``
+reads the anchor first, in its own statement: the anchor's position never changes, so nothing is lost.)
+
+SQLite reads use one connection per thread, outside the pool (see ``_sqlite_reader``); PostgreSQL reads a pooled
+connection, pre-pinged as every other. Only plain values (str, int, float) may be bound: no type's bind processor
+runs. Rows come back as tuples in the order of the statement's columns. Driver errors become ``StoreError`` here,
+as in ``Database.read``; a connection the driver reports as lost is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+from ..errors import StoreError
+from .db import Database
+
+__all__ = ["CompiledRead", "Reader", "reader", "reads_are_local"]
+
+
+class CompiledRead:
+    """One Core SELECT, with its bound parameters named by ``sa.bindparam``; compiled on first use per dialect."""
+
+    def __init__(self, statement: sa.Select[Any]) -> None:
+        self.statement = statement
+        self._compiled: dict[str, tuple[str, dict[str, Any], tuple[str, ...] | None]] = {}
+
+    def sql_and_args(self, dialect: Dialect, params: Mapping[str, Any]) -> tuple[str, Any]:
+        found = self._compiled.get(dialect.name)
+        if found is None:
+            compiled = self.statement.compile(dialect=dialect)
+            order = tuple(compiled.positiontup or ()) if dialect.positional else None
+            found = (str(compiled), dict(compiled.params), order)
+            self._compiled[dialect.name] = found
+        sql, defaults, order = found
+        values = {**defaults, **params} if defaults else params
+        if order is None:
+            return sql, values
+        return sql, tuple(values[name] for name in order)
+
+
+class Reader:
+    """A few reads on one pooled driver connection."""
+
+    def __init__(self, dialect: Dialect, cursor: Any) -> None:
+        self._dialect = dialect
+        self._cursor = cursor
+
+    def first(self, read: CompiledRead, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        self._cursor.execute(*read.sql_and_args(self._dialect, params))
+        return self._cursor.fetchone()
+
+    def all(self, read: CompiledRead, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        self._cursor.execute(*read.sql_and_args(self._dialect, params))
+        return self._cursor.fetchall()
+
+    def stream(self, read: CompiledRead, params: Mapping[str, Any], chunk: int = 200) -> Iterator[tuple[Any, ...]]:
+        """The rows in chunks, for a caller that may stop early (and then reads no further chunk)."""
+        self._cursor.execute(*read.sql_and_args(self._dialect, params))
+        while rows := self._cursor.fetchmany(chunk):
+            yield from rows
+
+
+def reads_are_local(db: Database) -> bool:
+    """Whether a read may run on the event loop. SQLite: a read takes microseconds from the OS page cache and,
+    in WAL mode, never waits for a writer (writers append to the log; readers keep their snapshot), which is less
+    than a hop to a thread costs. PostgreSQL is a socket away: its reads go to a thread."""
+    return db.is_sqlite
+
+
+@contextlib.contextmanager
+def reader(db: Database) -> Iterator[Reader]:
+    """A ``Reader`` on SQLite's connection for this thread, or on a pooled PostgreSQL connection."""
+    if db.is_sqlite:
+        with _sqlite_reader(db) as found:
+            yield found
+        return
+    engine = db.engine
+    try:
+        conn = engine.raw_connection()
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+    driver = conn.dbapi_connection
+    try:
+        driver.autocommit = True
+        cursor = conn.cursor()
+        try:
+            yield Reader(engine.dialect, cursor)
+        finally:
+            cursor.close()
+    except engine.dialect.loaded_dbapi.Error as exc:
+        if engine.dialect.is_disconnect(exc, driver, None):
+            conn.invalidate(exc)
+        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+    finally:
+        if conn.dbapi_connection is not None:
+            try:
+                conn.dbapi_connection.autocommit = False
+            except engine.dialect.loaded_dbapi.Error as exc:
+                conn.invalidate(exc)  # never back in the pool in autocommit mode
+        conn.close()
+
+
+# SQLite reads use one connection per thread, kept out of the pool: the event loop's reads can never wait for a
+# pooled connection that writers hold, and none pays the pool's checkout and reset. A thread's connection is
+# closed when the thread ends (its thread-local goes) or after an error.
+_per_thread: weakref.WeakKeyDictionary[Database, threading.local] = weakref.WeakKeyDictionary()
+_per_thread_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _sqlite_reader(db: Database) -> Iterator[Reader]:
+    local = _per_thread.get(db)
+    if local is None:
+        with _per_thread_lock:
+            local = _per_thread.setdefault(db, threading.local())
+    driver = getattr(local, "driver", None)
+    if driver is None:
+        try:
+            fairy = db.engine.raw_connection()  # made by the engine, so its connect hook ran (WAL, busy timeout)
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+        fairy.detach()
+        driver = local.driver = fairy.dbapi_connection
+    try:
+        cursor = driver.cursor()
+        try:
+            yield Reader(db.engine.dialect, cursor)
+        finally:
+            cursor.close()
+    except db.engine.dialect.loaded_dbapi.Error as exc:
+        local.driver = None
+        with contextlib.suppress(db.engine.dialect.loaded_dbapi.Error):
+            driver.close()
+        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
