@@ -15,6 +15,7 @@ from .store.db import Database
 from .store.files import Files
 from .store.idempotency import IdempotencyKeys
 from .store.results import Results
+from .store.sessions import Sessions
 
 __all__ = ["Runtime", "open_runtime", "open_store"]
 
@@ -28,6 +29,7 @@ class Runtime:
     batches: Batches
     idempotency: IdempotencyKeys
     results: Results
+    sessions: Sessions
     blobs: BlobStore
     catalog: Catalog
 
@@ -58,6 +60,7 @@ def open_runtime(settings: Settings) -> Runtime:
         idempotency=IdempotencyKeys(db, keep_seconds=settings.idempotency_seconds,
                                     claim_seconds=settings.idempotency_claim_seconds),
         results=Results(db),
+        sessions=Sessions(db),
         blobs=LocalBlobStore(settings.blob_dir),
         catalog=catalog,
     )

@@ -17,7 +17,18 @@ __all__ = [
     "FileRecord",
     "Batch",
     "Rejection",
+    "TAGS_KEY",
+    "tag_list",
 ]
+
+
+TAGS_KEY = "tags"  # the reserved metadata key: a comma-separated list the dashboard draws as chips and filters on
+
+
+def tag_list(metadata: dict[str, str] | None) -> list[str]:
+    """The tags of a batch's metadata, in their written order, each once, without surrounding spaces."""
+    raw = (metadata or {}).get(TAGS_KEY, "")
+    return list(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
 
 
 class BatchStatus(enum.StrEnum):

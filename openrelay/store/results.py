@@ -60,6 +60,14 @@ class Results:
                       completed=r.completed, failed=r.failed, input_tokens=r.input_tokens,
                       output_tokens=r.output_tokens, cost_nano_usd=r.cost_nano_usd) for r in rows]
 
+    def chunk_times(self, batch_id: str) -> list[tuple[int, int, int]]:
+        """(created_at, records, tokens) of each durable chunk of a batch, oldest first: its throughput."""
+        c = batch_chunks.c
+        with self.db.read() as conn:
+            rows = conn.execute(sa.select(c.created_at, c.completed + c.failed, c.input_tokens + c.output_tokens)
+                                .where(c.batch_id == batch_id).order_by(c.seq)).all()
+        return [(int(r[0]), int(r[1]), int(r[2])) for r in rows]
+
     def commit_chunk(self, batch_id: str, worker_id: str, key_id: str, chunk: Chunk) -> None:
         """Idempotent per (batch, seq): a retry of a chunk whose commit did land (the answer was lost) adds
         nothing again."""

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
-           "idempotency_keys"]
+           "idempotency_keys", "web_sessions"]
 
 metadata = MetaData()
 
@@ -144,4 +144,17 @@ idempotency_keys = Table(
     Column("answer", Text),  # the 200's body, replayed byte for byte; null while the create runs
     PrimaryKeyConstraint("org_id", "idempotency_key"),
     Index("ix_idempotency_keys_expires", "expires_at"),
+)
+
+# Dashboard sign-ins (store/sessions.py): the cookie holds a random id; only its SHA-256 is kept, with the key the
+# session acts as (its organization and scopes rule every page) and the moment it ends.
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("key_id", String(40), ForeignKey("api_keys.id"), nullable=False),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_web_sessions_expires", "expires_at"),
 )

@@ -1,0 +1,62 @@
+"""What the dashboard's Batch page asks beyond the API's list: its filters, the summary of the filtered set, and
+what the new-batch form may offer. Reads need ``batch.read``, as the API's list does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..catalog import ENDPOINTS
+from ..errors import InvalidRequest
+from ..runtime import Runtime
+from ..store.batch_search import QUEUED, RUNNING, BatchQuery, Summary, search, summarize
+from ..types import ApiKey, Batch, BatchStatus, Priority, Scope
+from .auth import require
+
+__all__ = ["BatchQuery", "BatchPage", "SHOWN_STATUSES", "shown_status", "list_batch_page", "create_options",
+           "CreateOptions", "QUEUED", "RUNNING"]
+
+# The statuses the dashboard tells apart, in lifecycle order: in_progress is shown as queued or running.
+SHOWN_STATUSES = (BatchStatus.VALIDATING.value, QUEUED, RUNNING, BatchStatus.FINALIZING.value,
+                  BatchStatus.COMPLETED.value, BatchStatus.FAILED.value, BatchStatus.EXPIRED.value,
+                  BatchStatus.CANCELLING.value, BatchStatus.CANCELLED.value)
+_FILTER_STATUSES = frozenset(SHOWN_STATUSES) | {BatchStatus.IN_PROGRESS.value}
+MAX_PAGE = 100
+
+
+def shown_status(batch: Batch) -> str:
+    """The status as the dashboard reads it: an in_progress batch whose first records have not started yet is
+    queued (CONTRACT: in_progress_at separates the wait from the run)."""
+    if batch.status is BatchStatus.IN_PROGRESS:
+        return QUEUED if batch.in_progress_at is None else RUNNING
+    return batch.status.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchPage:
+    batches: list[Batch]
+    has_more: bool
+    summary: Summary
+
+
+def list_batch_page(rt: Runtime, key: ApiKey, query: BatchQuery, *, limit: int = 25,
+                    after: str | None = None) -> BatchPage:
+    require(key, Scope.BATCH_READ)
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}", param="limit")
+    if query.status is not None and query.status not in _FILTER_STATUSES:
+        raise InvalidRequest(f"unknown status {query.status!r}", param="status")
+    found, more = search(rt.db, key.org_id, query, limit=limit, after=after)
+    return BatchPage(batches=found, has_more=more, summary=summarize(rt.db, key.org_id, query))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateOptions:
+    endpoints: tuple[str, ...]
+    priorities: tuple[str, ...]  # expedited only where the organization has it
+    models: tuple[str, ...]
+
+
+def create_options(rt: Runtime, key: ApiKey) -> CreateOptions:
+    expedited = rt.accounts.org(key.org_id).expedited_enabled
+    priorities = (Priority.STANDARD.value, *((Priority.EXPEDITED.value,) if expedited else ()))
+    return CreateOptions(endpoints=tuple(ENDPOINTS), priorities=priorities, models=tuple(rt.catalog.names()))

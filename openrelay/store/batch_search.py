@@ -1,0 +1,162 @@
+"""The dashboard's reads of batches: a page under any mix of its filters, and the summary of the filtered set.
+
+Kept apart from ``batches.py`` (the API's list and the workers' claims): the dashboard filters on more than the
+API does (several tags, queued apart from running, priority, a created range, text over id and metadata), and
+summarises what it filters. Every condition is SQL except the exact tag check, which follows a LIKE narrowing
+on the stored JSON text, as ``Batches.list`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from ..errors import NotFound
+from ..types import Batch, BatchStatus, tag_list
+from .batches import batch_from_row
+from .db import Database, holds_nul
+from .schema import batches
+
+__all__ = ["BatchQuery", "Summary", "search", "summarize", "QUEUED", "RUNNING"]
+
+QUEUED = "queued"  # in_progress with in_progress_at null: waiting for a slot
+RUNNING = "running"  # in_progress with in_progress_at set: its first records have started
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchQuery:
+    """What the dashboard filters on; every field narrows (tags: the batch carries all of them)."""
+
+    status: str | None = None  # a BatchStatus value, QUEUED or RUNNING
+    model: str | None = None
+    priority: str | None = None
+    tags: tuple[str, ...] = ()
+    text: str | None = None  # a substring of the id or of the metadata (keys and values), any case
+    created_from: int | None = None  # created_at >= this (seconds)
+    created_to: int | None = None  # created_at < this
+
+
+@dataclass(kw_only=True)
+class Summary:
+    counts: dict[str, int] = field(default_factory=dict)  # per shown status (QUEUED and RUNNING apart)
+    batches: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_nano_usd: int = 0
+
+
+def _like_literal(text: str) -> str:
+    return "%" + text.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+def _json_spelling(text: str) -> str:
+    """``text`` as it is spelled inside the stored JSON text of the metadata (quotes, backslashes escaped)."""
+    return orjson.dumps(text).decode()[1:-1]
+
+
+def _conditions(org_id: str, query: BatchQuery) -> list[sa.ColumnElement[bool]]:
+    found: list[sa.ColumnElement[bool]] = [batches.c.org_id == org_id]
+    if query.status == QUEUED:
+        found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_(None)]
+    elif query.status == RUNNING:
+        found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_not(None)]
+    elif query.status:
+        found.append(batches.c.status == query.status)
+    if query.model:
+        found.append(batches.c.model == query.model)
+    if query.priority:
+        found.append(batches.c.priority == query.priority)
+    for tag in query.tags:
+        found.append(batches.c.metadata.like(_like_literal(_json_spelling(tag)), escape="/"))
+    if query.text:
+        pattern = _like_literal(query.text.lower())
+        found.append(sa.or_(sa.func.lower(batches.c.id).like(pattern, escape="/"),
+                            sa.func.lower(batches.c.metadata).like(_like_literal(_json_spelling(query.text)
+                                                                                 .lower()), escape="/")))
+    if query.created_from is not None:
+        found.append(batches.c.created_at >= query.created_from)
+    if query.created_to is not None:
+        found.append(batches.c.created_at < query.created_to)
+    return found
+
+
+def _carries_tags(metadata: dict[str, str] | None, tags: tuple[str, ...]) -> bool:
+    return not tags or set(tags) <= set(tag_list(metadata))
+
+
+def _impossible(query: BatchQuery) -> bool:
+    """No stored text holds NUL (and PostgreSQL cannot be asked about one)."""
+    return holds_nul(query.status, query.model, query.priority, query.text, *query.tags)
+
+
+def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
+           after: str | None = None) -> tuple[list[Batch], bool]:
+    """Newest first, after the batch ``after`` (404 when the organization has none such); has_more."""
+    if holds_nul(after):
+        raise NotFound(f"No such Batch object: {after}", param="after")
+    if _impossible(query):
+        return [], False
+    select = sa.select(batches).where(*_conditions(org_id, query))
+    found: list[Batch] = []
+    with db.read() as conn:
+        if after:
+            anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
+                batches.c.id == after, batches.c.org_id == org_id)).first()
+            if anchor is None:
+                raise NotFound(f"No such Batch object: {after}", param="after")
+            select = select.where(sa.tuple_(batches.c.created_ns, batches.c.id) < sa.tuple_(*anchor))
+        select = select.order_by(batches.c.created_ns.desc(), batches.c.id.desc())
+        if not query.tags:
+            select = select.limit(limit + 1)
+        for row in conn.execute(select.execution_options(yield_per=200)):
+            batch = batch_from_row(row)
+            if _carries_tags(batch.metadata, query.tags):
+                found.append(batch)
+                if len(found) > limit:
+                    break
+    return found[:limit], len(found) > limit
+
+
+def _shown_status(status: str, in_progress_at: int | None) -> str:
+    if status == BatchStatus.IN_PROGRESS.value:
+        return QUEUED if in_progress_at is None else RUNNING
+    return status
+
+
+def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
+    """Counts per shown status and the usage of every batch the filters keep (not just one page)."""
+    summary = Summary()
+    if _impossible(query):
+        return summary
+    running = sa.case((batches.c.in_progress_at.is_(None), 0), else_=1)
+    if not query.tags:
+        select = (sa.select(batches.c.status, running, sa.func.count(), sa.func.sum(batches.c.input_tokens),
+                            sa.func.sum(batches.c.output_tokens), sa.func.sum(batches.c.cost_nano_usd))
+                  .where(*_conditions(org_id, query)).group_by(batches.c.status, running))
+        with db.read() as conn:
+            groups: Iterator[Any] = iter(conn.execute(select).all())
+            for status, started, count, input_tokens, output_tokens, cost in groups:
+                _add(summary, _shown_status(status, 1 if started else None), count, input_tokens or 0,
+                     output_tokens or 0, cost or 0)
+        return summary
+    select = sa.select(batches.c.status, batches.c.in_progress_at, batches.c.input_tokens, batches.c.output_tokens,
+                       batches.c.cost_nano_usd, batches.c.metadata).where(*_conditions(org_id, query))
+    with db.read() as conn:
+        for row in conn.execute(select.execution_options(yield_per=500)):
+            metadata = orjson.loads(row.metadata) if row.metadata else None
+            if _carries_tags(metadata, query.tags):
+                _add(summary, _shown_status(row.status, row.in_progress_at), 1, row.input_tokens,
+                     row.output_tokens, row.cost_nano_usd)
+    return summary
+
+
+def _add(summary: Summary, shown: str, count: int, input_tokens: int, output_tokens: int, cost: int) -> None:
+    summary.counts[shown] = summary.counts.get(shown, 0) + count
+    summary.batches += count
+    summary.input_tokens += int(input_tokens)
+    summary.output_tokens += int(output_tokens)
+    summary.cost_nano_usd += int(cost)

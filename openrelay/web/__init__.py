@@ -1,0 +1,1 @@
+"""The dashboard: server-rendered pages (Jinja2, autoescaped) with htmx, served by ``orl serve`` beside the API."""

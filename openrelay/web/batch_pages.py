@@ -1,0 +1,104 @@
+"""The batch detail page (``/batches/{id}``) and what it does: its live part, the record browser, one record's
+request, cancel and the metadata editor. Everything is read and changed through the API's service functions."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import InvalidRequest, OpenRelayError
+from ..runtime import Runtime
+from ..service import batches as batch_service
+from ..service import records as record_service
+from ..types import Batch, Scope, tag_list
+from .pages import Signed, dashboard_route, redirect, render, url_with
+from .views import BatchView
+
+__all__ = ["add_routes"]
+
+LIVE_POLL_SECONDS = 1
+RECORDS_PAGE = 20
+
+
+def add_routes(router: APIRouter, rt: Runtime) -> None:
+    async def detail(request: Request, signed: Signed, batch_id: str) -> Response:
+        batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+        view = BatchView(batch, time.time())
+        if request.query_params.get("fragment") == "live":
+            return render("_batch_live.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS)
+        return await _detail_page(rt, request, signed, batch)
+
+    async def request_of(request: Request, signed: Signed, batch_id: str) -> Response:
+        custom_id = request.query_params.get("custom_id") or ""
+        found = await run_in_threadpool(record_service.find_request, rt, signed.key, batch_id, custom_id)
+        return render("_request.html", signed=signed, record=found, custom_id=custom_id)
+
+    async def cancel(request: Request, signed: Signed, batch_id: str) -> Response:
+        try:
+            await run_in_threadpool(batch_service.cancel_batch, rt, signed.key, batch_id)
+        except OpenRelayError as exc:
+            if exc.status != 409:
+                raise
+            batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+            return await _detail_page(rt, request, signed, batch, status=409, problem=exc.message)
+        return redirect(f"/batches/{batch_id}")
+
+    async def metadata(request: Request, signed: Signed, batch_id: str) -> Response:
+        form = await request.form()
+        try:
+            wanted = _metadata_from_editor(form)
+            await run_in_threadpool(batch_service.replace_metadata, rt, signed.key, batch_id,
+                                    orjson.dumps({"metadata": wanted}))
+        except InvalidRequest as exc:
+            batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+            return await _detail_page(rt, request, signed, batch, status=400, problem=exc.message)
+        return redirect(f"/batches/{batch_id}#metadata")
+
+    router.add_route("/batches/{batch_id}", dashboard_route(rt)(detail), methods=["GET"])
+    router.add_route("/batches/{batch_id}/request", dashboard_route(rt)(request_of), methods=["GET"])
+    router.add_route("/batches/{batch_id}/cancel", dashboard_route(rt, write=True)(cancel), methods=["POST"])
+    router.add_route("/batches/{batch_id}/metadata", dashboard_route(rt, write=True)(metadata),
+                         methods=["POST"])
+
+
+def _metadata_from_editor(form: Any) -> dict[str, str]:
+    """The editor's form as the whole desired map: its key/value rows, and its tags (the current ones less any
+    whose chip's remove button was pressed, plus the ones typed in)."""
+    wanted: dict[str, str] = {}
+    names, values = form.getlist("meta_key"), form.getlist("meta_value")
+    for name, value in zip(names, values, strict=False):
+        if isinstance(name, str) and name.strip() and name.strip() != "tags":
+            wanted[name.strip()] = value if isinstance(value, str) else ""
+    removed = set(form.getlist("remove_tag"))
+    current = [t for t in tag_list({"tags": str(form.get("tags") or "")}) if t not in removed]
+    added = tag_list({"tags": str(form.get("add_tags") or "")})
+    tags = list(dict.fromkeys(current + added))
+    if tags:
+        wanted["tags"] = ",".join(tags)
+    return wanted
+
+
+async def _detail_page(rt: Runtime, request: Request, signed: Signed, batch: Batch, *, status: int = 200,
+                       problem: str | None = None) -> Response:
+    q = request.query_params
+    view = BatchView(batch, time.time())
+    browse = {"kind": q.get("kind") or "all", "code": q.get("code") or None, "custom_id": q.get("cid") or None,
+              "cursor": q.get("at") or None}
+    records = summary = None
+    series: list[dict[str, int]] = []
+    if signed.can(Scope.FILES_READ):
+        records = await run_in_threadpool(lambda: record_service.browse_records(
+            rt, signed.key, batch.id, limit=RECORDS_PAGE, **browse))
+        summary = await run_in_threadpool(record_service.error_summary, rt, signed.key, batch)
+    series = await run_in_threadpool(record_service.throughput, rt, signed.key, batch)
+    peak = max((s["records"] for s in series), default=0)
+    params = list(q.multi_items())
+    return render("batch.html", status, signed=signed, b=view, poll=LIVE_POLL_SECONDS, problem=problem,
+                  records=records, browse=browse, error_summary=summary, series=series, peak=peak,
+                  params=params, url_with=url_with, kinds=record_service.RECORD_KINDS)
