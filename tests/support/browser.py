@@ -1,0 +1,42 @@
+"""Playwright driving Debian's Chromium (``/usr/bin/chromium``; scripts/setup.sh installs it): never a browser
+download. The flags keep it off the network it would otherwise try (updates, sync, QUIC)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from playwright.sync_api import Browser, Page, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def dashboard_root(server: Any) -> str:
+    return server.base_url.removesuffix("/v1")
+
+
+def sign_in(page: Page, server: Any, api_key: str) -> None:
+    page.goto(dashboard_root(server) + "/login")
+    page.fill("input[name=api_key]", api_key)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r".*/(\?.*)?$"))
+
+
+def csrf_of(page: Page) -> str:
+    """The session's CSRF token, as every form of the page carries it (the sign-out form is on every page)."""
+    return page.locator("form.logout input[name=csrf]").get_attribute("value") or ""
