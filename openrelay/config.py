@@ -26,6 +26,11 @@ class Settings:
     catalog_path: Path | None = None
     window_seconds: int = 86_400  # length of the "24h" completion window
     max_upload_bytes: int = 200_000_000  # 200 MB
+    max_header_bytes: int = 65_536  # a request line and headers, together (431 over it)
+    max_create_body_bytes: int = 100_000_000  # the JSON body of POST /v1/batches (inline records); 413 over it
+    max_json_body_bytes: int = 1_000_000  # the JSON body of every other route but uploads; 413 over it
+    header_timeout_seconds: float = 10.0  # a request line and headers must be in this long after the first byte
+    body_idle_timeout_seconds: float = 30.0  # a body awaited with no byte for this long is refused (408)
     max_records: int = 50_000
     max_line_bytes: int = 64 * 1024 * 1024  # a longer line makes the input unreadable
     lease_seconds: float = 15.0  # a running batch's claim; renewed by its worker's heartbeat
@@ -60,6 +65,11 @@ class Settings:
             metrics_token=metrics_token or None,  # an empty token (an empty env variable) is none
             # Limits and timings below are overridable from the environment so tests can shrink them.
             max_upload_bytes=_env_int("OPENRELAY_MAX_UPLOAD_BYTES", 200_000_000),
+            max_header_bytes=_env_int("OPENRELAY_MAX_HEADER_BYTES", 65_536),
+            max_create_body_bytes=_env_int("OPENRELAY_MAX_CREATE_BYTES", 100_000_000),
+            max_json_body_bytes=_env_int("OPENRELAY_MAX_JSON_BYTES", 1_000_000),
+            header_timeout_seconds=_env_float("OPENRELAY_HEADER_TIMEOUT_SECONDS", 10.0),
+            body_idle_timeout_seconds=_env_float("OPENRELAY_BODY_TIMEOUT_SECONDS", 30.0),
             max_records=_env_int("OPENRELAY_MAX_RECORDS", 50_000),
             max_line_bytes=_env_int("OPENRELAY_MAX_LINE_BYTES", 64 * 1024 * 1024),
             flush_seconds=_env_float("OPENRELAY_FLUSH_SECONDS", 0.1),

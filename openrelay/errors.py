@@ -6,8 +6,11 @@ the API renders them with one function (``api.render``) into the OpenAI envelope
     OpenRelayError                       (500 server_error)
     ├── InvalidRequest                   400 invalid_request_error   bad field, with ``param``
     │   ├── NoValidRecords               400 no_valid_records        every record rejected (extra fields)
-    │   └── InputRefused                 400 workflow_unsupported | input_too_large | input_unreadable
-    ├── PayloadTooLarge                  413 file_too_large
+    │   ├── InputRefused                 400 workflow_unsupported | input_too_large | input_unreadable
+    │   └── (code given)                 400 invalid_http_request    malformed HTTP, answered by api/http_protocol.py
+    ├── PayloadTooLarge                  413 file_too_large (uploads) | request_too_large (JSON bodies)
+    ├── HeadersTooLarge                  431 headers_too_large       request line and headers over their limit
+    ├── RequestTimeout                   408 request_timeout         a request's head or body not read in time
     ├── Unauthorized                     401 invalid_api_key
     ├── InsufficientScope                403 insufficient_scope
     ├── BudgetExceeded                   402 key_budget_exceeded
@@ -31,6 +34,8 @@ __all__ = [
     "NoValidRecords",
     "InputRefused",
     "PayloadTooLarge",
+    "HeadersTooLarge",
+    "RequestTimeout",
     "Unauthorized",
     "InsufficientScope",
     "BudgetExceeded",
@@ -81,6 +86,18 @@ class PayloadTooLarge(OpenRelayError):
     status = 413
     type = "invalid_request_error"
     code = "file_too_large"
+
+
+class HeadersTooLarge(OpenRelayError):
+    status = 431
+    type = "invalid_request_error"
+    code = "headers_too_large"
+
+
+class RequestTimeout(OpenRelayError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class Unauthorized(OpenRelayError):

@@ -16,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from .api.app import create_app
+from .api.http_protocol import limited_http_protocol
 from .config import Settings
 from .runtime import Runtime, open_runtime
 from .worker.worker import Worker
@@ -61,7 +62,10 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
 
     app.router.lifespan_context = lifespan
     print(f"openrelay: serving http://{host}:{port}/v1 (data in {settings.data_dir})", file=sys.stderr)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    http = limited_http_protocol(max_header_bytes=settings.max_header_bytes,
+                                 header_timeout=settings.header_timeout_seconds,
+                                 body_idle_timeout=settings.body_idle_timeout_seconds)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, http=http)
 
 
 def run_worker(settings: Settings) -> None:

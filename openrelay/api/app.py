@@ -28,6 +28,7 @@ from ..store.compiled import reads_are_local
 from ..types import ApiKey
 from ..web.routes import mount_dashboard
 from .guard import RenderUnexpectedErrors
+from .limits import BodyLimits
 from .multipart import stream_form
 from .openapi import document_bytes
 
@@ -62,6 +63,8 @@ def render_error(exc: OpenRelayError) -> Response:
 def create_app(rt: Runtime) -> FastAPI:
     app = FastAPI(title="OpenRelay Batches", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(RenderUnexpectedErrors)  # added first: the innermost, right around the routes (guard.py)
+    app.add_middleware(BodyLimits, create_bytes=rt.settings.max_create_body_bytes,  # outside it (limits.py)
+                       json_bytes=rt.settings.max_json_body_bytes)
 
     @app.exception_handler(OpenRelayError)
     async def _ours(_request: Request, exc: OpenRelayError) -> Response:

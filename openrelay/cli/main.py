@@ -26,6 +26,19 @@ DatabaseUrl = Annotated[str | None, typer.Option(help="sqlite:///... or postgres
 CatalogFile = Annotated[Path | None, typer.Option("--catalog", help="Catalog TOML (default: built-in local "
                                                                     "models).")]
 Window = Annotated[int, typer.Option(help="Seconds in the 24h completion window (tests shorten it).")]
+# Request limits: unset, each comes from its environment variable, else its default (config.Settings).
+MaxHeaderBytes = Annotated[int | None, typer.Option(min=1, help="Request line and headers together, in bytes; "
+                                                    "over it: 431 (default 65536).")]
+MaxCreateBytes = Annotated[int | None, typer.Option(min=1, help="Body of POST /v1/batches (inline records), in "
+                                                    "bytes; over it: 413 (default 100000000).")]
+MaxJsonBytes = Annotated[int | None, typer.Option(min=1, help="Body of every other JSON route, in bytes; over it: "
+                                                  "413 (default 1000000).")]
+MaxUploadBytes = Annotated[int | None, typer.Option(min=1, help="File of POST /v1/files, in bytes; over it: 413 "
+                                                    "file_too_large (default 200000000).")]
+HeaderTimeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds from a request's first byte to the "
+                                                     "end of its headers; over it: 408 (default 10).")]
+BodyTimeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds a body being read may send nothing; "
+                                                   "over it: 408 (default 30).")]
 
 
 @app.command()
@@ -41,13 +54,25 @@ def serve(
     metrics_token: Annotated[str | None, typer.Option(envvar="OPENRELAY_METRICS_TOKEN", show_envvar=True,
                                                       help="GET /metrics then needs 'Authorization: Bearer "
                                                            "TOKEN' (default: open).")] = None,
+    max_header_bytes: MaxHeaderBytes = None,
+    max_create_bytes: MaxCreateBytes = None,
+    max_json_bytes: MaxJsonBytes = None,
+    max_upload_bytes: MaxUploadBytes = None,
+    header_timeout: HeaderTimeout = None,
+    body_timeout: BodyTimeout = None,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
+    import dataclasses
+
     from ..config import Settings
     from ..server import serve as run_server
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
                               window_seconds=window_seconds, metrics_token=metrics_token)
+    limits = {"max_header_bytes": max_header_bytes, "max_create_body_bytes": max_create_bytes,
+              "max_json_body_bytes": max_json_bytes, "max_upload_bytes": max_upload_bytes,
+              "header_timeout_seconds": header_timeout, "body_idle_timeout_seconds": body_timeout}
+    settings = dataclasses.replace(settings, **{k: v for k, v in limits.items() if v is not None})
     with _refusing_bad_catalogs():
         run_server(settings, host=host, port=port, with_worker=with_worker)
 

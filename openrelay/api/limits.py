@@ -1,0 +1,97 @@
+"""Body limits of the JSON routes: a pure ASGI middleware in front of the app.
+
+A create (``POST /v1/batches``) may carry up to ``create_bytes`` (inline records; big inputs are uploaded
+files), every other route ``json_bytes``. Uploads (``POST /v1/files``) pass untouched: they stream to the blob
+store and their route counts them against ``max_upload_bytes`` (413 ``file_too_large``).
+
+A declared ``Content-Length`` over the limit is answered 413 ``request_too_large`` before the app runs, so none
+of the body is held. A chunked body is counted as the app receives it and refused the moment it passes the
+limit: the app's own handler renders the ``PayloadTooLarge`` raised from ``receive``. Both answers carry
+``connection: close``, so the rest of the body is not read. A request that declares its length within the limit
+is not wrapped at all (httptools holds the body to the declared length), so most requests pay one look at their
+headers.
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import PayloadTooLarge
+
+__all__ = ["BodyLimits"]
+
+_CLOSE = (b"connection", b"close")
+
+
+class BodyLimits:
+    def __init__(self, app: ASGIApp, *, create_bytes: int, json_bytes: int) -> None:
+        self.app = app
+        self.create_bytes = create_bytes
+        self.json_bytes = json_bytes
+
+    def limit_for(self, method: str, path: str) -> tuple[int, str] | None:
+        """The limit of a route's body and a hint for the refusal; None: the route counts its own."""
+        if method == "POST" and path == "/v1/batches":
+            return self.create_bytes, " Send big inputs as an uploaded file (input_file_id)."
+        if method == "POST" and path == "/v1/files":
+            return None
+        return self.json_bytes, ""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared: bytes | None = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
+        if declared is None and not chunked:  # no body (httptools refuses a body with neither)
+            await self.app(scope, receive, send)
+            return
+        limited = self.limit_for(scope["method"], scope["path"])
+        if limited is None:
+            await self.app(scope, receive, send)
+            return
+        limit, hint = limited
+        if declared is not None:
+            if int(declared) > limit:  # httptools has checked it is a number
+                await _answer(send, _too_large(limit, hint))
+            else:
+                await self.app(scope, receive, send)
+            return
+
+        received = 0
+        refused = False
+
+        async def receive_counted() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    refused = True
+                    raise _too_large(limit, hint)
+            return message
+
+        async def send_closing_once_refused(message: Message) -> None:
+            if refused and message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
+            await send(message)
+
+        await self.app(scope, receive_counted, send_closing_once_refused)
+
+
+def _too_large(limit: int, hint: str) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is over its {limit}-byte limit.{hint}", code="request_too_large")
+
+
+async def _answer(send: Send, error: PayloadTooLarge) -> None:
+    body = orjson.dumps(error.envelope())
+    await send({"type": "http.response.start", "status": error.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            _CLOSE]})
+    await send({"type": "http.response.body", "body": body})
