@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import InvalidRequest, NotFound, OpenRelayError, PayloadTooLarge
+from ..errors import InvalidRequest, NotFound, OpenRelayError
 from ..metrics import register_queue_depths
 from ..runtime import Runtime
 from ..service import batches as batch_service
@@ -29,12 +30,13 @@ from ..types import ApiKey
 from ..web.routes import mount_dashboard
 from .guard import RenderUnexpectedErrors
 from .limits import BodyLimits
-from .multipart import stream_form
 from .openapi import document_bytes
+from .uploads import receive_upload
 
 __all__ = ["create_app"]
 
 T = TypeVar("T")
+log = logging.getLogger("openrelay.api")
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -67,7 +69,9 @@ def create_app(rt: Runtime) -> FastAPI:
                        json_bytes=rt.settings.max_json_body_bytes)
 
     @app.exception_handler(OpenRelayError)
-    async def _ours(_request: Request, exc: OpenRelayError) -> Response:
+    async def _ours(request: Request, exc: OpenRelayError) -> Response:
+        if exc.status >= 500:  # the client sees a generic message; the operator needs the real one
+            log.error("%s %s answered %d: %s", request.method, request.url.path, exc.status, exc.message)
         return render_error(exc)
 
     @app.exception_handler(RequestValidationError)
@@ -139,21 +143,7 @@ def create_app(rt: Runtime) -> FastAPI:
     @app.post("/v1/files")
     async def upload_file(request: Request) -> Response:
         key = await caller(request)
-        declared = int(request.headers.get("content-length") or 0)
-        if declared > rt.settings.max_upload_bytes + 64 * 1024:
-            raise PayloadTooLarge(f"file is larger than the {rt.settings.max_upload_bytes // 1_000_000} MB limit",
-                                  param="file")
-        upload = file_service.Upload(rt, key)
-        try:
-            fields, filename = await stream_form(request.headers.get("content-type"), request.stream(),
-                                                 upload.write)
-            if filename is None:
-                raise InvalidRequest("the form has no 'file' part", param="file")
-        except BaseException:
-            upload.abort()
-            raise
-        record = await run_in_threadpool(upload.finish, filename=filename, purpose=fields.get("purpose"))
-        return _json(record.as_api())
+        return _json((await receive_upload(rt, key, request)).as_api())
 
     @app.get("/v1/files")
     async def list_files(request: Request, limit: int = 10_000, after: str | None = None,

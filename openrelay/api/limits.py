@@ -24,6 +24,9 @@ __all__ = ["BodyLimits"]
 _CLOSE = (b"connection", b"close")
 
 
+_UPLOAD_PATHS = frozenset({"/v1/files", "/new/upload"})  # the API's upload and the dashboard's
+
+
 class BodyLimits:
     def __init__(self, app: ASGIApp, *, create_bytes: int, json_bytes: int) -> None:
         self.app = app
@@ -34,8 +37,8 @@ class BodyLimits:
         """The limit of a route's body and a hint for the refusal; None: the route counts its own."""
         if method == "POST" and path == "/v1/batches":
             return self.create_bytes, " Send big inputs as an uploaded file (input_file_id)."
-        if method == "POST" and path == "/v1/files":
-            return None
+        if method == "POST" and path in _UPLOAD_PATHS:
+            return None  # api/uploads.py streams the file and holds it to the upload limit
         return self.json_bytes, ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -64,10 +64,18 @@ def url_with(path: str, params: list[tuple[str, str]], **changes: str | None) ->
 Handler = Callable[..., Awaitable[Response]]
 
 
-def dashboard_route(rt: Runtime, *, write: bool = False) -> Callable[[Handler], Callable[..., Awaitable[Response]]]:
+def require_csrf(signed: Signed, given: object) -> None:
+    if not csrf_matches(signed.csrf, given):
+        raise CsrfRefused("This form has expired or did not come from this dashboard (its CSRF token is missing or "
+                          "wrong). Reload the page and try again.")
+
+
+def dashboard_route(rt: Runtime, *, write: bool = False,
+                    streamed: bool = False) -> Callable[[Handler], Callable[..., Awaitable[Response]]]:
     """A page that needs a session: ``handler(request, signed, **path)``. A POST (``write``) must carry the
-    session's CSRF token. The service's refusals become pages: 401 sends the browser to sign in, 404 is the same
-    page for another organization's id as for an unknown one."""
+    session's CSRF token; a ``streamed`` one (an upload, read as a stream) checks it itself with
+    ``require_csrf`` before it keeps anything. The service's refusals become pages: 401 sends the browser to sign
+    in, 404 is the same page for another organization's id as for an unknown one."""
 
     def wrap(handler: Handler) -> Callable[..., Awaitable[Response]]:
         async def route(request: Request) -> Response:
@@ -76,11 +84,8 @@ def dashboard_route(rt: Runtime, *, write: bool = False) -> Callable[[Handler], 
             try:
                 key = await run_in_threadpool(session_key, rt, session_id)
                 signed = Signed(key=key, csrf=csrf_for(session_id or ""))
-                if write:
-                    form = await request.form()
-                    if not csrf_matches(signed.csrf, form.get("csrf")):
-                        raise CsrfRefused("This form has expired or did not come from this dashboard (its CSRF "
-                                          "token is missing or wrong). Reload the page and try again.")
+                if write and not streamed:
+                    require_csrf(signed, (await request.form()).get("csrf"))
                 return await handler(request, signed, **request.path_params)
             except Unauthorized:
                 if request.method == "GET" and not request.headers.get("hx-request"):

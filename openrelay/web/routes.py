@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, FastAPI
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ..api.uploads import receive_upload
 from ..errors import InvalidRequest, NoValidRecords, OpenRelayError, Unauthorized
 from ..runtime import Runtime
 from ..service import batches as batch_service
@@ -24,7 +24,7 @@ from ..service import files as file_service
 from ..service.sessions import SESSION_SECONDS, sign_in, sign_out
 from ..types import Scope
 from . import batch_pages
-from .pages import CsrfRefused, Signed, dashboard_route, error_page, redirect, render, url_with
+from .pages import CsrfRefused, Signed, dashboard_route, error_page, redirect, render, require_csrf, url_with
 from .security import LOGIN_COOKIE, SESSION_COOKIE, csrf_for, csrf_matches, new_login_token, set_cookie
 from .static import serve_static
 from .views import BatchView
@@ -163,11 +163,10 @@ def _new_routes(router: APIRouter, rt: Runtime) -> None:
         return await _render_new(rt, request, signed)
 
     async def upload(request: Request, signed: Signed) -> Response:
-        form = await request.form()
-        part = form.get("file")
-        if not isinstance(part, UploadFile) or not part.filename:
-            raise InvalidRequest("choose a JSONL file to upload", param="file")
-        record = await run_in_threadpool(_store_upload, rt, signed, part)
+        # The API's upload path: streamed into the blob store, kept only when the form is whole and its CSRF
+        # token right, the same size limit.
+        record = await receive_upload(rt, signed.key, request, purpose="batch",
+                                      check_fields=lambda fields: require_csrf(signed, fields.get("csrf")))
         return redirect(url_with("/new", [], input_file_id=record.id))
 
     async def create(request: Request, signed: Signed) -> Response:
@@ -192,20 +191,8 @@ def _new_routes(router: APIRouter, rt: Runtime) -> None:
                       rejected=created.get("rejected_records") or [])
 
     router.add_route("/new", dashboard_route(rt)(new_page), methods=["GET"])
-    router.add_route("/new/upload", dashboard_route(rt, write=True)(upload), methods=["POST"])
+    router.add_route("/new/upload", dashboard_route(rt, write=True, streamed=True)(upload), methods=["POST"])
     router.add_route("/new", dashboard_route(rt, write=True)(create), methods=["POST"])
-
-
-def _store_upload(rt: Runtime, signed: Signed, part: UploadFile) -> Any:
-    upload = file_service.Upload(rt, signed.key)
-    try:
-        part.file.seek(0)
-        while chunk := part.file.read(1 << 20):
-            upload.write(chunk)
-    except BaseException:
-        upload.abort()
-        raise
-    return upload.finish(filename=part.filename or "upload.jsonl", purpose="batch")
 
 
 async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: int = 200,

@@ -1,0 +1,42 @@
+"""Receiving an uploaded file from an HTTP request: the one path every upload takes (the API's ``POST /v1/files``
+and the dashboard's upload form), so the size limit, the whole-form rule and the clean-up on refusal hold alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..runtime import Runtime
+from ..service import files as file_service
+from ..types import ApiKey, FileRecord
+from .multipart import stream_form
+
+__all__ = ["receive_upload", "UPLOAD_FORM_SLACK"]
+
+UPLOAD_FORM_SLACK = 64 * 1024  # the form's own bytes (boundaries, part headers, fields) beside the file
+
+
+async def receive_upload(rt: Runtime, key: ApiKey, request: Request, *,
+                         check_fields: Callable[[dict[str, str]], None] | None = None,
+                         purpose: str | None = None) -> FileRecord:
+    """Stream the form's ``file`` part into a new file and store it once the form proved whole. ``check_fields``
+    may refuse the form by its text fields (raising), after the bytes arrived and before anything is kept;
+    ``purpose`` overrides the form's own field."""
+    declared = int(request.headers.get("content-length") or 0)
+    if declared > rt.settings.max_upload_bytes + UPLOAD_FORM_SLACK:
+        raise PayloadTooLarge(f"file is larger than the {rt.settings.max_upload_bytes // 1_000_000} MB limit",
+                              param="file")
+    upload = file_service.Upload(rt, key)
+    try:
+        fields, filename = await stream_form(request.headers.get("content-type"), request.stream(), upload.write)
+        if check_fields is not None:
+            check_fields(fields)
+        if filename is None:
+            raise InvalidRequest("the form has no 'file' part", param="file")
+    except BaseException:
+        upload.abort()
+        raise
+    return await run_in_threadpool(upload.finish, filename=filename, purpose=purpose or fields.get("purpose"))
