@@ -8,6 +8,7 @@ import contextlib
 import gc
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -75,14 +76,18 @@ def run_worker(settings: Settings) -> None:
 
     async def main() -> None:
         _freeze_startup_objects()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            # SIGTERM (systemd, Kubernetes, a rolling restart) drains like ^C: claim nothing more, finish what is
+            # in flight, make it durable, hand the batches back.
+            loop.add_signal_handler(signum, worker.request_stop)
         try:
             await worker.run_forever()
         finally:
             await worker.stop()
             rt.close()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    asyncio.run(main())
 
 
 def _freeze_startup_objects() -> None:

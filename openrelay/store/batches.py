@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from typing import Any
 
 import orjson
@@ -215,36 +214,51 @@ class Batches:
 
         First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
         cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
-        free slot, the queued batch that comes first: expedited before standard, then oldest.
+        free slot, the queued batch that comes first (``_next_queued``).
+
+        Atomic however many workers claim at once: the candidate row is locked (``FOR UPDATE SKIP LOCKED`` on
+        PostgreSQL, so a racing worker takes the next one; SQLite's write transaction admits one writer), and the
+        lease is taken by an update that re-checks the lease is free and must change exactly that row. Times are
+        the database's clock.
         """
-        clock = time.time()
-        free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
         models = list(slots)
         with self.db.write() as conn:
+            clock = self.db.clock(conn)
+            free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
             row = conn.execute(sa.select(batches.c.id).where(
                 batches.c.status.in_(LIVE), free, batches.c.id.not_in(busy), _ready(clock),
                 sa.or_(batches.c.started.is_(True), batches.c.status != BatchStatus.IN_PROGRESS.value,
                        batches.c.expires_at <= int(clock), batches.c.model.not_in(models)),
-            ).order_by(batches.c.created_ns).limit(1)).first()
+            ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
             if row is None:
                 row = self._next_queued(conn, slots, clock)
             if row is None:
                 return None
-            conn.execute(batches.update().where(batches.c.id == row.id).values(
+            taken = conn.execute(batches.update().where(batches.c.id == row.id, free).values(
                 lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
+            if taken.rowcount != 1:
+                return None  # another worker's claim won; the next tick looks again
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
+        """Per model with a free slot (counted over every worker, under the model's lock): expedited before
+        standard, always; within a tier, fair share: the organization with the fewest batches of this model
+        running goes first, then the oldest batch. One organization's hundred queued batches cannot hold back
+        another's one."""
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
             running = conn.execute(sa.select(sa.func.count()).where(
                 batches.c.model == model, batches.c.started.is_(True), batches.c.status.in_(LIVE))).scalar_one()
             if running >= model_slots:
                 continue
+            mine = batches.alias("running_of_org")
+            org_running = (sa.select(sa.func.count()).where(
+                mine.c.model == model, mine.c.org_id == batches.c.org_id, mine.c.started.is_(True),
+                mine.c.status.in_(LIVE)).scalar_subquery())
             row = conn.execute(sa.select(batches.c.id).where(
                 batches.c.model == model, batches.c.started.is_(False),
                 batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),
-            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), batches.c.created_ns)
+            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), org_running, batches.c.created_ns)
               .limit(1)).first()
             if row is not None:
                 return row
@@ -265,7 +279,7 @@ class Batches:
         """Extend our lease and read the batch back; None when another worker holds it now."""
         with self.db.write() as conn:
             done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
-                                .values(lease_expires_at=time.time() + lease_seconds))
+                                .values(lease_expires_at=self.db.clock(conn) + lease_seconds))
             if done.rowcount == 0:
                 return None
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
@@ -276,7 +290,7 @@ class Batches:
         with self.db.write() as conn:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                          .values(lease_owner=None, lease_expires_at=None, started=False, run_failures=failures,
-                                 retry_at=time.time() + delay))
+                                 retry_at=self.db.clock(conn) + delay))
 
     def release(self, batch_id: str, worker_id: str) -> None:
         with self.db.write() as conn:

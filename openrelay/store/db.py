@@ -75,6 +75,13 @@ class Database:
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
 
+    def clock(self, conn: Connection) -> float:
+        """Seconds since the epoch by the database's clock. Leases are shared by workers on many machines, so
+        they are stamped and compared by this one clock, never by each machine's own."""
+        if self.is_sqlite:  # one file, one machine: its clock is the database's
+            return float(conn.exec_driver_sql("SELECT (julianday('now') - 2440587.5) * 86400.0").scalar_one())
+        return float(conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one())
+
     def lock_model(self, conn: Connection, model: str) -> None:
         """Serialise slot accounting for one model across every worker process."""
         if self.is_sqlite:

@@ -31,7 +31,7 @@ from ..metrics import ENGINE_IN_FLIGHT, ENGINE_RETRIES, ENGINE_UP
 __all__ = ["EngineGate", "Outage", "Stopped", "StopReason"]
 
 Outage = Literal["down", "sick"]
-StopReason = Literal["lost", "cancelled", "expired"]
+StopReason = Literal["lost", "drained", "cancelled", "expired"]
 
 log = logging.getLogger("openrelay.worker")
 
@@ -41,8 +41,8 @@ _in_flight: dict[str, int] = {}
 
 
 class Stopped(Exception):
-    """A record left unanswered because its batch stops: its lease was lost (at once), or it was cancelled or ran
-    out of its window while the engine was not answering."""
+    """A record left unanswered because its batch stops: its lease was lost (at once), or it was cancelled, ran
+    out of its window or its worker is draining while the engine was not answering."""
 
     def __init__(self, reason: StopReason) -> None:
         super().__init__(reason)

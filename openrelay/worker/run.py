@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..catalog import ModelSpec
@@ -58,7 +58,8 @@ class _RecordFailed(Exception):
 
 
 class BatchRun:
-    def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, gate: EngineGate) -> None:
+    def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, gate: EngineGate,
+                 draining: Callable[[], bool] = lambda: False) -> None:
         self.rt = rt
         self.worker_id = worker_id
         self.batch = batch
@@ -67,6 +68,7 @@ class BatchRun:
         self.price = spec.price(rt.catalog.factor(batch.priority))
         self.settings = rt.settings
         self.keeper = LeaseKeeper(rt, batch.id, worker_id)
+        self._draining = draining  # the worker is stopping: take no more records, hand the batch back
         self.writer: ChunkWriter | None = None
         self._writing: asyncio.Task[None] | None = None
 
@@ -111,6 +113,9 @@ class BatchRun:
             status = BatchStatus.COMPLETED
         elif time.time() >= self.batch.expires_at:
             status = BatchStatus.EXPIRED
+        elif self._draining():
+            log.info("batch %s: %d records left for the next worker (this one is stopping)", self.batch.id, unrun)
+            return  # the worker hands the lease back
         else:
             raise RunIncomplete(f"the run ended with {unrun} records unrun")
         settle_batch(self.rt, self.worker_id, self.batch, status)
@@ -118,6 +123,8 @@ class BatchRun:
     def _stop_reason(self) -> StopReason | None:
         if self.keeper.lost or (self._writing is not None and self._writing.done()):
             return "lost"  # the writer ends early only on a lost lease: nothing more would become durable
+        if self._draining():
+            return "drained"
         if self.keeper.cancelled:
             return "cancelled"
         if time.time() >= self.batch.expires_at:
@@ -175,7 +182,7 @@ class BatchRun:
             else:
                 self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body))
         except Stopped as stop:
-            if stop.reason != "lost":
+            if stop.reason in _STOPPED_MESSAGES:  # lost or drained: the record runs again where the batch goes
                 code, message = _STOPPED_MESSAGES[stop.reason]
                 self.writer.add_error(line, error_line(custom_id, code=code, message=message))
             return False

@@ -34,6 +34,7 @@ class Worker:
         self._gates: dict[str, EngineGate] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
+        self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
 
     def gate(self, model: str) -> EngineGate:
         """The model's engine, built on first use, behind the gate all its batches in this process share."""
@@ -105,14 +106,25 @@ class Worker:
         elif time.time() >= batch.expires_at:
             await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
         else:
-            await BatchRun(self.rt, self.worker_id, batch, spec, self.gate(batch.model)).run()
+            await BatchRun(self.rt, self.worker_id, batch, spec, self.gate(batch.model),
+                           draining=lambda: self.draining).run()
+
+    def request_stop(self) -> None:
+        """Stop claiming (``run_forever`` returns); ``stop`` then drains."""
+        self._stop.set()
 
     async def stop(self) -> None:
+        """Drain: claim nothing more, let the calls in flight finish and become durable (for at most
+        ``drain_seconds``, then they are cancelled and run again elsewhere), hand every batch back."""
         self._stop.set()
+        self.draining = True
         held = list(self._active)
-        for task in list(self._active.values()):
-            task.cancel()
-        await asyncio.gather(*list(self._active.values()), return_exceptions=True)
+        active = list(self._active.values())
+        if active:
+            _done, late = await asyncio.wait(active, timeout=self.rt.settings.drain_seconds)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*active, return_exceptions=True)
         for batch_id in held:
             # A clean stop hands its batches back at once instead of leaving them until the lease lapses.
             await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)

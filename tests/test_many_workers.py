@@ -1,0 +1,143 @@
+"""Several `orl worker` processes on one store: every claim is atomic, a model's slots and a batch's concurrency hold
+in sum over all of them, queues are shared fairly between organizations, a killed worker's batch resumes on another,
+and SIGTERM drains. The API runs with --no-worker; the engine's held requests show what is in flight."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from tests.support.execution import chat, create, get, results, wait_for
+from tests.support.server import ORL, Server
+
+
+class WorkerProcess:
+    def __init__(self, server: Server, name: str) -> None:
+        self.log_path = server.data_dir / f"worker-{name}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [ORL, "worker", "--data-dir", str(server.data_dir), "--database-url", server.database_url,
+             "--catalog", str(server.data_dir / "catalog.toml")],
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **server.env})
+        wait_for(lambda: "serving test/echo" in self.log(), f"worker {name} to start", timeout=60, every=0.1)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def took(self, batch_id: str) -> bool:
+        return f"took batch {batch_id}" in self.log()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture
+def workers():
+    started: list[WorkerProcess] = []
+
+    def start(server: Server, count: int) -> list[WorkerProcess]:
+        new = [WorkerProcess(server, f"{len(started) + i}") for i in range(count)]
+        started.extend(new)
+        return new
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def _api_only(make_server, **kwargs) -> Server:
+    return make_server(args=("--no-worker",), **kwargs)
+
+
+def _sent(engine) -> Counter[str]:
+    return Counter(r["body"]["messages"][0]["content"] for r in engine.requests())
+
+
+def test_three_workers_keep_slots_and_concurrency_in_sum_and_run_each_record_once(make_server, engine, workers):
+    server = _api_only(make_server, slots=2, concurrency=4)
+    workers(server, 3)
+    ids = [create(server, [chat(f"b{b}-{i}", f"batch {b} record {i} #hold=all") for i in range(10)])["id"]
+           for b in range(6)]
+    engine.wait_held("all", 8)  # two batches (the model's slots) of four calls each (its concurrency)
+    time.sleep(1)  # more claim ticks of all three workers: none may add a call (the pass does not depend on it)
+    assert engine.held("all") == 8
+    assert sum(get(server, i)["in_progress_at"] is not None for i in ids) == 2
+    engine.release("all")
+    for batch_id in ids:
+        done = server.wait(batch_id, timeout=180)
+        assert done["status"] == "completed" and done["request_counts"]["completed"] == 10
+        results(server, done)  # each custom_id on one line
+    assert engine.stats()["max_in_flight"] == 8
+    sent = _sent(engine)
+    assert len(sent) == 60 and set(sent.values()) == {1}  # no batch was held by two workers at once
+
+
+def test_one_of_three_workers_killed_mid_batch_its_batch_resumes_elsewhere_and_lands_once(make_server, engine,
+                                                                                        workers):
+    server = _api_only(make_server, slots=1, concurrency=4)
+    pool = workers(server, 3)
+    batch_id = create(server, [chat(f"k{i}", f"record {i} #hold=k") for i in range(12)])["id"]
+    engine.wait_held("k", 4)
+    (holder,) = [w for w in pool if w.took(batch_id)]
+    holder.proc.kill()  # kill -9: no drain, the lease is left to lapse
+    holder.proc.wait(10)
+    engine.wait_held("k", 8)  # the lease lapsed and another worker sent the four unfinished records again
+    engine.release("k")
+    done = server.wait(batch_id, timeout=120)
+    assert done["status"] == "completed"
+    assert done["request_counts"] == {"total": 12, "completed": 12, "failed": 0}
+    out, err = results(server, done)
+    assert sorted(out) == sorted(f"k{i}" for i in range(12)) and err == {}
+    sent = _sent(engine)
+    assert sum(sent.values()) == 16 and sorted(sent.values()).count(2) == 4  # only the four in flight, twice
+    assert sum(w.took(batch_id) for w in pool) == 2  # the killed worker, then exactly one other
+
+
+def test_queues_are_shared_fairly_between_organizations(make_server, engine, workers):
+    server = _api_only(make_server, slots=2, concurrency=1)
+    a_key, b_key = server.new_org_key(), server.new_org_key()
+
+    def create_as(key: str, name: str) -> str:
+        resp = server.http("POST", "/batches", api_key=key, json={
+            "endpoint": "/v1/chat/completions", "completion_window": "24h",
+            "requests": [chat(f"{name}-0", f"{name} #hold=fair")]})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["id"]
+
+    a_ids = [create_as(a_key, f"a{i}") for i in range(3)]
+    b_id = create_as(b_key, "b0")  # the newest of the four, from the organization with nothing running
+    workers(server, 1)  # every batch is queued before the first claim
+    engine.wait_held("fair", 2)
+    started = {bid for bid, key in [*((i, a_key) for i in a_ids), (b_id, b_key)]
+               if server.http("GET", f"/batches/{bid}", api_key=key).json()["in_progress_at"] is not None}
+    assert started == {a_ids[0], b_id}  # not a1: organization a already has a batch running
+    engine.release("fair")
+    for bid, key in [*((i, a_key) for i in a_ids), (b_id, b_key)]:
+        assert server.wait(bid, api_key=key)["status"] == "completed"
+
+
+def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(make_server, engine, workers):
+    server = _api_only(make_server, slots=1, concurrency=4, env={"OPENRELAY_DRAIN_SECONDS": "120"})
+    (first,) = workers(server, 1)
+    batch_id = create(server, [chat(f"t{i}", f"record {i} #hold=t") for i in range(12)])["id"]
+    engine.wait_held("t", 4)
+    first.proc.send_signal(signal.SIGTERM)
+    engine.release("t")  # the four calls in flight answer; the draining worker takes no new record
+    assert first.proc.wait(60) == 0
+    assert "8 records left for the next worker" in first.log()
+    assert get(server, batch_id)["request_counts"]["completed"] == 4  # made durable before handing back
+    (second,) = workers(server, 1)  # the lease was handed back: no wait for it to lapse
+    done = server.wait(batch_id, timeout=120)
+    assert done["status"] == "completed" and done["request_counts"]["completed"] == 12
+    sent = _sent(engine)
+    assert len(sent) == 12 and set(sent.values()) == {1}  # nothing ran twice: the drain lost nothing in flight
+    assert second.took(batch_id)
+
