@@ -2,13 +2,12 @@
 
 Kept apart from ``batches.py`` (the API's list and the workers' claims): the dashboard filters on more than the
 API does (several tags, queued apart from running, priority, a created range, text over id and metadata), and
-summarises what it filters. Every condition is SQL except the exact tag check, which follows a LIKE narrowing
-on the stored JSON text, as ``Batches.list`` does.
+summarises what it filters. Every condition is SQL; tags are rows of ``batch_tags`` (store/tags.py), so a page
+and a summary under tag filters read the first tag's index range instead of every batch's metadata text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +15,11 @@ import orjson
 import sqlalchemy as sa
 
 from ..errors import NotFound
-from ..types import Batch, BatchStatus, tag_list
+from ..types import Batch, BatchStatus
 from .batches import batch_from_row
 from .db import Database, holds_nul
 from .schema import batches
+from .tags import tagged
 
 __all__ = ["BatchQuery", "Summary", "search", "summarize", "QUEUED", "RUNNING"]
 
@@ -58,8 +58,15 @@ def _json_spelling(text: str) -> str:
     return orjson.dumps(text).decode()[1:-1]
 
 
-def _conditions(org_id: str, query: BatchQuery) -> list[sa.ColumnElement[bool]]:
-    found: list[sa.ColumnElement[bool]] = [batches.c.org_id == org_id]
+def _filtered(org_id: str, query: BatchQuery) -> tuple[sa.FromClause, list[sa.ColumnElement[bool]],
+                                                     tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]]:
+    """What to select from, the conditions, and the (created_ns, id) pair to order and page by: the
+    organization's batches (walked by the index of the status or model filter where there is one), or, under
+    tag filters, the batches carrying every tag (``tags.tagged``)."""
+    if query.tags:
+        source, found, order = tagged(org_id, query.tags)
+    else:
+        source, found, order = batches, [batches.c.org_id == org_id], (batches.c.created_ns, batches.c.id)
     if query.status == QUEUED:
         found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_(None)]
     elif query.status == RUNNING:
@@ -70,8 +77,6 @@ def _conditions(org_id: str, query: BatchQuery) -> list[sa.ColumnElement[bool]]:
         found.append(batches.c.model == query.model)
     if query.priority:
         found.append(batches.c.priority == query.priority)
-    for tag in query.tags:
-        found.append(batches.c.metadata.like(_like_literal(_json_spelling(tag)), escape="/"))
     if query.text:
         pattern = _like_literal(query.text.lower())
         found.append(sa.or_(sa.func.lower(batches.c.id).like(pattern, escape="/"),
@@ -81,11 +86,7 @@ def _conditions(org_id: str, query: BatchQuery) -> list[sa.ColumnElement[bool]]:
         found.append(batches.c.created_at >= query.created_from)
     if query.created_to is not None:
         found.append(batches.c.created_at < query.created_to)
-    return found
-
-
-def _carries_tags(metadata: dict[str, str] | None, tags: tuple[str, ...]) -> bool:
-    return not tags or set(tags) <= set(tag_list(metadata))
+    return source, found, order
 
 
 def _impossible(query: BatchQuery) -> bool:
@@ -100,24 +101,17 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
         raise NotFound(f"No such Batch object: {after}", param="after")
     if _impossible(query):
         return [], False
-    select = sa.select(batches).where(*_conditions(org_id, query))
-    found: list[Batch] = []
+    source, conditions, order = _filtered(org_id, query)
+    select = sa.select(batches).select_from(source).where(*conditions)
     with db.read() as conn:
         if after:
             anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
                 batches.c.id == after, batches.c.org_id == org_id)).first()
             if anchor is None:
                 raise NotFound(f"No such Batch object: {after}", param="after")
-            select = select.where(sa.tuple_(batches.c.created_ns, batches.c.id) < sa.tuple_(*anchor))
-        select = select.order_by(batches.c.created_ns.desc(), batches.c.id.desc())
-        if not query.tags:
-            select = select.limit(limit + 1)
-        for row in conn.execute(select.execution_options(yield_per=200)):
-            batch = batch_from_row(row)
-            if _carries_tags(batch.metadata, query.tags):
-                found.append(batch)
-                if len(found) > limit:
-                    break
+            select = select.where(sa.tuple_(*order) < sa.tuple_(*anchor))
+        select = select.order_by(*(column.desc() for column in order)).limit(limit + 1)
+        found = [batch_from_row(row) for row in conn.execute(select)]
     return found[:limit], len(found) > limit
 
 
@@ -133,24 +127,14 @@ def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
     if _impossible(query):
         return summary
     running = sa.case((batches.c.in_progress_at.is_(None), 0), else_=1)
-    if not query.tags:
-        select = (sa.select(batches.c.status, running, sa.func.count(), sa.func.sum(batches.c.input_tokens),
-                            sa.func.sum(batches.c.output_tokens), sa.func.sum(batches.c.cost_nano_usd))
-                  .where(*_conditions(org_id, query)).group_by(batches.c.status, running))
-        with db.read() as conn:
-            groups: Iterator[Any] = iter(conn.execute(select).all())
-            for status, started, count, input_tokens, output_tokens, cost in groups:
-                _add(summary, _shown_status(status, 1 if started else None), count, input_tokens or 0,
-                     output_tokens or 0, cost or 0)
-        return summary
-    select = sa.select(batches.c.status, batches.c.in_progress_at, batches.c.input_tokens, batches.c.output_tokens,
-                       batches.c.cost_nano_usd, batches.c.metadata).where(*_conditions(org_id, query))
+    source, conditions, _order = _filtered(org_id, query)
+    select = (sa.select(batches.c.status, running, sa.func.count(), sa.func.sum(batches.c.input_tokens),
+                        sa.func.sum(batches.c.output_tokens), sa.func.sum(batches.c.cost_nano_usd))
+              .select_from(source).where(*conditions).group_by(batches.c.status, running))
     with db.read() as conn:
-        for row in conn.execute(select.execution_options(yield_per=500)):
-            metadata = orjson.loads(row.metadata) if row.metadata else None
-            if _carries_tags(metadata, query.tags):
-                _add(summary, _shown_status(row.status, row.in_progress_at), 1, row.input_tokens,
-                     row.output_tokens, row.cost_nano_usd)
+        for status, started, count, input_tokens, output_tokens, cost in conn.execute(select).all():
+            _add(summary, _shown_status(status, 1 if started else None), count, input_tokens or 0,
+                 output_tokens or 0, cost or 0)
     return summary
 
 

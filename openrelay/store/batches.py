@@ -18,6 +18,7 @@ from .db import Database, holds_nul
 from .files import insert_file
 from .idempotency import Claim, complete_claim
 from .schema import batches
+from .tags import insert_tags, replace_tags, tagged
 
 __all__ = ["Batches", "batch_from_row", "batch_values", "LIVE"]
 
@@ -66,25 +67,24 @@ _ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
 
 @functools.cache
 def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> CompiledRead:
-    """The page query for one combination of filters. Without a tag the database applies the limit; with one,
-    rows are read in chunks until enough of them carry the tag exactly."""
-    query = sa.select(*_COLUMNS).where(batches.c.org_id == sa.bindparam("org_id"))
+    """The page query for one combination of filters, newest first, limited in SQL. Each walks an index
+    backwards and stops after the page: (org_id, created_ns, id) unfiltered, (org_id, status, ...) or
+    (org_id, model, ...) filtered, and with a tag the tag's range of batch_tags (store/tags.py)."""
+    org_id = sa.bindparam("org_id")
+    if tag:
+        source, conditions, order = tagged(org_id, [sa.bindparam("tag")])
+        query = sa.select(*_COLUMNS).select_from(source).where(*conditions)
+    else:
+        order = (batches.c.created_ns, batches.c.id)
+        query = sa.select(*_COLUMNS).where(batches.c.org_id == org_id)
     if status:
         query = query.where(batches.c.status == sa.bindparam("status"))
     if model:
         query = query.where(batches.c.model == sa.bindparam("model"))
-    if tag:
-        query = query.where(batches.c.metadata.like(sa.bindparam("tag_pattern"), escape="/"))
     if after:
-        query = query.where(sa.tuple_(batches.c.created_ns, batches.c.id)
-                            < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
-    query = query.order_by(batches.c.created_ns.desc(), batches.c.id.desc())
-    return CompiledRead(query if tag else query.limit(sa.bindparam("rows")))
-
-
-def _like_escaped(text: str) -> str:
-    """``text`` matched literally by LIKE ... ESCAPE '/' (what SQLAlchemy's ``autoescape`` does)."""
-    return text.replace("/", "//").replace("%", "/%").replace("_", "/_")
+        query = query.where(sa.tuple_(*order) < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
+    query = query.order_by(*(column.desc() for column in order))
+    return CompiledRead(query.limit(sa.bindparam("rows")))
 
 
 _STATUSES = {s.value: s for s in BatchStatus}
@@ -122,6 +122,8 @@ class Batches:
             for values in new_files:
                 insert_file(conn, **values)
             conn.execute(batches.insert().values(**batch_values(batch, created_ns)))
+            insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
+                        metadata=batch.metadata)
             if claim is not None:
                 complete_claim(conn, claim, answer)
 
@@ -148,26 +150,15 @@ class Batches:
         if model:
             params["model"] = model
         if tag:
-            # Narrow in SQL on the tag as it is spelled in the stored JSON text (quotes and backslashes
-            # escaped), then check the comma-separated list exactly below.
-            params["tag_pattern"] = "%" + _like_escaped(orjson.dumps(tag).decode()[1:-1]) + "%"
+            params["tag"] = tag  # one tag, exactly as sent: it equals a stored (trimmed) tag or nothing
         query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
-        found: list[Batch] = []
         with reader(self.db) as read:
             if after:
                 anchor = read.first(_ANCHOR, {"batch_id": after, "org_id": org_id})
                 if anchor is None:
                     raise NotFound(f"No such Batch object: {after}", param="after")
                 params["after_ns"], params["after_id"] = anchor
-            if not tag:
-                found = [_batch_from_values(v) for v in read.all(query, params)]
-            else:
-                for values in read.stream(query, params):
-                    batch = _batch_from_values(values)
-                    if tag in _tags(batch.metadata):
-                        found.append(batch)
-                        if len(found) > limit:
-                            break
+            found = [_batch_from_values(v) for v in read.all(query, params)]
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
@@ -185,11 +176,15 @@ class Batches:
         return batch
 
     def set_metadata(self, org_id: str, batch_id: str, metadata: dict[str, str]) -> Batch:
+        """Replace the whole map; its tags' rows are replaced in the same transaction."""
         with self.db.write() as conn:
-            done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.org_id == org_id)
-                                .values(metadata=orjson.dumps(metadata).decode() if metadata else None))
-        if done.rowcount == 0:
-            raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
+            created_ns = conn.execute(
+                batches.update().where(batches.c.id == batch_id, batches.c.org_id == org_id)
+                .values(metadata=orjson.dumps(metadata).decode() if metadata else None)
+                .returning(batches.c.created_ns)).scalar()
+            if created_ns is None:
+                raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
+            replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=created_ns, metadata=metadata)
         return self.get(org_id, batch_id)
 
     # -- the scheduler's and workers' view --------------------------------------------------------------------
@@ -315,7 +310,3 @@ def _ready(clock: float) -> sa.ColumnElement[bool]:
     """Not waiting out the backoff after a failed run."""
     return sa.or_(batches.c.retry_at.is_(None), batches.c.retry_at <= clock)
 
-
-def _tags(metadata: dict[str, str] | None) -> set[str]:
-    raw = (metadata or {}).get("tags", "")
-    return {t.strip() for t in raw.split(",") if t.strip()}

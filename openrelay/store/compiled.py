@@ -68,12 +68,6 @@ class Reader:
         self._cursor.execute(*read.sql_and_args(self._dialect, params))
         return self._cursor.fetchall()
 
-    def stream(self, read: CompiledRead, params: Mapping[str, Any], chunk: int = 200) -> Iterator[tuple[Any, ...]]:
-        """The rows in chunks, for a caller that may stop early (and then reads no further chunk)."""
-        self._cursor.execute(*read.sql_and_args(self._dialect, params))
-        while rows := self._cursor.fetchmany(chunk):
-            yield from rows
-
 
 def reads_are_local(db: Database) -> bool:
     """Whether a read may run on the event loop. SQLite: a read takes microseconds from the OS page cache and,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 
 import sqlalchemy as sa
@@ -17,8 +17,9 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import NotFound, StoreError
 from ..ids import now
+from .tags import backfill_batch_tags
 
-__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS"]
+__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
 
 _WRITE = "openrelay_write"
 
@@ -41,6 +42,13 @@ def _migration_files() -> list[tuple[int, str, str]]:
 
 
 MIGRATIONS = _migration_files()
+
+# Rows a migration derives that SQL cannot derive the same way on both stores: run right after that version's
+# SQL, in its transaction, so the version is applied with its rows or not at all. Each hook reads and writes the
+# tables as of its version (not schema.py's), since later migrations may change them.
+BACKFILLS: dict[int, Callable[[Connection], None]] = {
+    6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
+}
 
 
 class Database:
@@ -89,8 +97,9 @@ class Database:
         conn.execute(sa.text("INSERT INTO model_locks (model) VALUES (:m) ON CONFLICT DO NOTHING"), {"m": model})
         conn.execute(sa.text("SELECT model FROM model_locks WHERE model = :m FOR UPDATE"), {"m": model})
 
-    def migrate(self) -> list[int]:
-        """Apply every migration not yet applied, in order, each in its own transaction. Safe to race."""
+    def migrate(self, *, upto: int | None = None) -> list[int]:
+        """Apply every migration not yet applied (up to version ``upto``, for tests of a migration's backfill),
+        in order, each in its own transaction with its backfill (``BACKFILLS``). Safe to race."""
         applied: list[int] = []
         with self.write() as conn:
             conn.execute(sa.text(
@@ -98,6 +107,8 @@ class Database:
                 "(version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at BIGINT NOT NULL)"
             ))
         for version, name, sql in MIGRATIONS:
+            if upto is not None and version > upto:
+                break
             with self.write() as conn:
                 if not self.is_sqlite:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(727274)"))
@@ -107,6 +118,8 @@ class Database:
                     continue
                 for statement in _statements(sql):
                     conn.exec_driver_sql(statement)
+                if version in BACKFILLS:
+                    BACKFILLS[version](conn)
                 conn.execute(sa.text("INSERT INTO schema_migrations (version, name, applied_at) "
                                      "VALUES (:v, :n, :t)"), {"v": version, "n": name, "t": now()})
                 applied.append(version)

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
-           "idempotency_keys", "web_sessions"]
+           "idempotency_keys", "web_sessions", "batch_tags"]
 
 metadata = MetaData()
 
@@ -101,7 +101,25 @@ batches = Table(
     Column("run_failures", Integer, nullable=False, default=0),  # runs that failed for a reason of their own
     Column("retry_at", Float),  # a failed run's batch waits until then before a worker takes it again
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
-    Index("ix_batches_status_model", "status", "model"),
+    Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
+    # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
+    Index("ix_batches_org_status_order", "org_id", "status", "created_ns", "id"),
+    Index("ix_batches_org_model_order", "org_id", "model", "created_ns", "id"),
+)
+
+# One row per tag of a batch (``types.tag_list`` of its ``tags`` metadata: split on commas, trimmed, each once),
+# written in the transaction that creates the batch and replaced in the one that edits its metadata
+# (store/tags.py). The index answers "this organization's batches with tag T, newest first" without a scan;
+# ``created_ns`` is the batch's, copied so that the index alone gives the order.
+batch_tags = Table(
+    "batch_tags",
+    metadata,
+    Column("batch_id", String(40), ForeignKey("batches.id"), nullable=False),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("tag", String(512), nullable=False),  # a metadata value holds at most 512 characters
+    Column("created_ns", BigInteger, nullable=False),
+    PrimaryKeyConstraint("batch_id", "tag"),
+    Index("ix_batch_tags_org_tag_order", "org_id", "tag", "created_ns", "batch_id"),
 )
 
 # One row per durable flush of a running batch: the result lines it wrote (in blobs) and what they added up to.
