@@ -87,6 +87,10 @@ class LlamaCppEngine:
             return False
         return True
 
+    async def aclose(self) -> None:
+        self._idle = None
+        self._threads.close()
+
 
 def _give_back(pool: asyncio.Queue[Any], llama: Any, run: asyncio.Future[Any]) -> None:
     if not run.cancelled():
@@ -110,7 +114,3 @@ def _messages_problem(messages: Any) -> str | None:
         if content is None and role != "assistant":
             return f"messages[{i}].content: field required"
     return None
-
-    async def aclose(self) -> None:
-        self._idle = None
-        self._threads.close()
