@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from ..blobs.keys import file_key, rejections_key
 from ..catalog import ENDPOINTS
 from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..ids import new_batch_id, new_file_id, now, now_ns
@@ -17,7 +18,6 @@ from ..runtime import Runtime
 from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
-from ..worker.inputs import rejections_key
 from .auth import require, require_budget
 from .pages import list_page
 
@@ -101,7 +101,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     if result.accepted == 0:
         _refuse_no_valid_records(rt, key, result)
     if not blob_key:
-        blob_key = f"files/{input_file_id}"
+        blob_key = file_key(input_file_id)
         size = _store_inline(rt, blob_key, body["requests"])
         new_files.append(_file_values(input_file_id, key, "batch", f"{batch_id}_requests.jsonl", size, blob_key))
     rejections_file_id = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..blobs.keys import file_key
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..ids import new_file_id
 from ..runtime import Runtime
@@ -25,7 +26,7 @@ class Upload:
         self.rt = rt
         self.key = key
         self.file_id = new_file_id()
-        self.blob_key = f"files/{self.file_id}"
+        self.blob_key = file_key(self.file_id)
         self.size = 0
         self._writer_cm = rt.blobs.writer(self.blob_key)
         self._writer = self._writer_cm.__enter__()

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
+from ..blobs.keys import rejections_key
 from ..errors import InvalidRequest, NotFound
 from ..runtime import Runtime
 from ..types import ApiKey, Batch, Scope
-from ..worker.inputs import rejections_key
 from .auth import require
 from .batches import get_batch
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from ..blobs.keys import rejections_key
 from ..errors import NotFound
 from ..ids import now, now_ns
 from ..types import Batch, FileRecord
@@ -71,7 +72,7 @@ class Files:
 
     def orphaned_batch_blobs(self, batch: Batch) -> list[str]:
         """Blobs a settled batch kept alive that no file row names any more (deleted while it ran)."""
-        keys = [batch.input_blob_key] + ([f"batches/{batch.id}/rejections.jsonl"] if batch.rejected_count else [])
+        keys = [batch.input_blob_key] + ([rejections_key(batch.id)] if batch.rejected_count else [])
         with self.db.read() as conn:
             named = set(conn.execute(sa.select(files.c.blob_key).where(files.c.blob_key.in_(keys))).scalars())
             busy = set(conn.execute(sa.select(batches.c.input_blob_key).where(

@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..blobs.keys import chunk_key
 from ..metrics import RECORDS
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
 from ..types import Batch
-from .inputs import chunk_key
 
 __all__ = ["ChunkWriter"]
 

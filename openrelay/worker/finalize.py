@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import time
 
+from ..blobs.keys import chunk_key, error_key, output_key, tail_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
 from ..store.results import LeaseLost, ResultFile
 from ..types import Batch, BatchStatus
-from .inputs import Unreadable, chunk_key, error_key, output_key, pending_records, read_rejections, tail_key
+from .inputs import Unreadable, pending_records, read_rejections
 from .lines import rejection_line, unrun_line
 
 __all__ = ["settle_batch", "end_failed_batch"]

@@ -10,31 +10,11 @@ import msgspec
 import orjson
 
 from ..blobs.base import BlobStore
+from ..blobs.keys import rejections_key
 from ..types import Batch, Rejection
 from ..validation.lines import numbered_lines
 
-__all__ = ["rejections_key", "read_rejections", "pending_records", "Unreadable", "chunk_key", "output_key",
-           "error_key", "tail_key"]
-
-
-def rejections_key(batch_id: str) -> str:
-    return f"batches/{batch_id}/rejections.jsonl"
-
-
-def chunk_key(batch_id: str, seq: int, kind: str) -> str:
-    return f"batches/{batch_id}/chunks/{seq:06d}.{kind}.jsonl"
-
-
-def output_key(batch_id: str) -> str:
-    return f"batches/{batch_id}/output.jsonl"
-
-
-def error_key(batch_id: str) -> str:
-    return f"batches/{batch_id}/error.jsonl"
-
-
-def tail_key(batch_id: str) -> str:
-    return f"batches/{batch_id}/unrun.jsonl"
+__all__ = ["read_rejections", "pending_records", "Unreadable"]
 
 
 def read_rejections(blobs: BlobStore, batch: Batch) -> list[Rejection]:

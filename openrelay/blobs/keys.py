@@ -1,0 +1,47 @@
+"""Every blob key, built in one place. The layout (under the local directory or the S3 prefix)::
+
+    files/<file id>                                   an uploaded file, or a create's inline records
+    batches/<batch id>/rejections.jsonl               records the create refused
+    batches/<batch id>/chunks/<seq>.<out|err>.jsonl   result lines made durable while the batch ran
+    batches/<batch id>/unrun.jsonl                    error lines of records never run (cancelled, expired)
+    batches/<batch id>/output.jsonl                   the output file: every ``out`` chunk, in order
+    batches/<batch id>/error.jsonl                    the error file: every ``err`` chunk, then the unrun lines
+
+Keys are ``/``-separated, never start with ``/`` and hold no ``..`` part (``check_key``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["file_key", "rejections_key", "chunk_key", "tail_key", "output_key", "error_key", "check_key"]
+
+
+def file_key(file_id: str) -> str:
+    return f"files/{file_id}"
+
+
+def rejections_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/rejections.jsonl"
+
+
+def chunk_key(batch_id: str, seq: int, kind: str) -> str:
+    return f"batches/{batch_id}/chunks/{seq:06d}.{kind}.jsonl"
+
+
+def tail_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/unrun.jsonl"
+
+
+def output_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/output.jsonl"
+
+
+def error_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/error.jsonl"
+
+
+def check_key(key: str) -> str:
+    """``key`` when every store can hold it; ``ValueError`` for an absolute key, an empty part or ``..``."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"bad blob key {key!r}")
+    return key
