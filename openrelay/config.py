@@ -24,6 +24,7 @@ class Settings:
     data_dir: Path
     database_url: str
     catalog_path: Path | None = None
+    blob_url: str | None = None  # s3://BUCKET/PREFIX, or a directory; None: data_dir/blobs (runtime.open_blob_store)
     window_seconds: int = 86_400  # length of the "24h" completion window
     max_upload_bytes: int = 200_000_000  # 200 MB
     max_header_bytes: int = 65_536  # a request line and headers, together (431 over it)
@@ -55,13 +56,15 @@ class Settings:
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
-              window_seconds: int = 86_400, metrics_token: str | None = None) -> Settings:
+              window_seconds: int = 86_400, metrics_token: str | None = None,
+              blob_url: str | None = None) -> Settings:
         data_dir = data_dir.expanduser().resolve()
         url = database_url or f"sqlite:///{data_dir / 'openrelay.db'}"
         return cls(
             data_dir=data_dir,
             database_url=url,
             catalog_path=catalog_path,
+            blob_url=blob_url or None,  # an empty URL (an empty env variable) is the default directory
             window_seconds=window_seconds,
             metrics_token=metrics_token or None,  # an empty token (an empty env variable) is none
             # Limits and timings below are overridable from the environment so tests can shrink them.

@@ -18,7 +18,8 @@ the API renders them with one function (``api.render``) into the OpenAI envelope
     ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
     ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
     ├── StoreError                       500 store_error             a database or blob failure, translated
-    └── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
+    ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
+    └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 
 Driver exceptions (SQLAlchemy, OS errors of the blob store, httpx) are translated at the boundary of the module
 that owns the driver; nothing above ``store/``, ``blobs/`` or ``engines/`` sees them.
@@ -44,6 +45,7 @@ __all__ = [
     "UnprocessableEntity",
     "StoreError",
     "CatalogError",
+    "ConfigError",
 ]
 
 
@@ -157,3 +159,10 @@ class CatalogError(OpenRelayError):
     when ``orl serve`` or ``orl worker`` starts, which then exits with this message; never met by a batch."""
 
     code = "invalid_catalog"
+
+
+class ConfigError(OpenRelayError):
+    """A setting the process cannot start with (a ``--blob-url`` it cannot parse, a bucket it cannot reach).
+    Found when ``orl serve``, ``orl worker`` or ``orl admin`` starts, which then exits with this message."""
+
+    code = "invalid_config"

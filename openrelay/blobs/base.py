@@ -1,4 +1,6 @@
-"""The blob store interface: where file bytes live (a local directory now; S3-compatible storage later)."""
+"""The blob store interface: where file bytes live (a local directory, or an S3-compatible bucket).
+
+Keys are built by ``blobs.keys`` only; both stores keep the same layout under their root."""
 
 from __future__ import annotations
 
@@ -6,7 +8,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
 
-__all__ = ["BlobStore", "BlobWriter"]
+from ..errors import StoreError
+
+__all__ = ["BlobStore", "BlobWriter", "BlobMissing"]
+
+
+class BlobMissing(StoreError):
+    """The key names no blob."""
+
+    code = "blob_missing"
 
 
 class BlobWriter(Protocol):
@@ -17,7 +27,8 @@ class BlobStore(Protocol):
     """Keys are ``/``-separated paths. A blob appears whole or not at all: a writer that fails leaves nothing."""
 
     def writer(self, key: str) -> AbstractContextManager[BlobWriter]:
-        """Stream bytes into ``key``; the blob is durable and visible once the context exits cleanly."""
+        """Stream bytes into ``key``; the blob is durable and visible once the context exits cleanly, and an
+        exception inside the context leaves no trace of it (an existing blob at ``key`` stays as it was)."""
         ...
 
     def open(self, key: str) -> AbstractContextManager[BinaryIO]:
@@ -35,5 +46,5 @@ class BlobStore(Protocol):
     def exists(self, key: str) -> bool: ...
 
     def delete(self, key: str) -> None:
-        """Remove ``key``; absent keys are fine."""
+        """Remove ``key`` (every object or file it is made of); absent keys are fine."""
         ...

@@ -11,12 +11,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import StoreError
+from .base import BlobMissing
+from .keys import check_key
 
 __all__ = ["LocalBlobStore", "BlobMissing"]
-
-
-class BlobMissing(StoreError):
-    code = "blob_missing"
 
 
 class LocalBlobStore:
@@ -25,9 +23,10 @@ class LocalBlobStore:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _path(self, key: str) -> Path:
-        if key.startswith("/") or ".." in key.split("/"):
-            raise StoreError(f"bad blob key {key!r}")
-        return self.root / key
+        try:
+            return self.root / check_key(key)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
 
     @contextlib.contextmanager
     def writer(self, key: str) -> Iterator[BinaryIO]:

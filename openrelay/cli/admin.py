@@ -35,7 +35,19 @@ def _store(
     data_dir: Annotated[Path, typer.Option(help="Data directory of `orl serve` (its SQLite store).")] =
         Path(".openrelay"),
     database_url: Annotated[str | None, typer.Option(help="Store URL instead of the data dir's SQLite.")] = None,
+    blob_url: Annotated[str | None, typer.Option(envvar="OPENRELAY_BLOB_URL", show_envvar=True,
+                                                 help="The blob store of `orl serve` (checked; admin commands "
+                                                      "write no blobs).")] = None,
 ) -> None:
+    if blob_url:
+        from ..errors import ConfigError
+        from ..runtime import check_blob_url
+
+        try:
+            check_blob_url(blob_url)
+        except ConfigError as exc:
+            typer.echo(f"orl: {exc.message}", err=True)
+            raise typer.Exit(2) from None
     _state["url"] = database_url or f"sqlite:///{data_dir.expanduser().resolve() / 'openrelay.db'}"
     if database_url is None:
         data_dir.mkdir(parents=True, exist_ok=True)

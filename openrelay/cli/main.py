@@ -26,6 +26,11 @@ DatabaseUrl = Annotated[str | None, typer.Option(help="sqlite:///... or postgres
 CatalogFile = Annotated[Path | None, typer.Option("--catalog", help="Catalog TOML (default: built-in local "
                                                                     "models).")]
 Window = Annotated[int, typer.Option(help="Seconds in the 24h completion window (tests shorten it).")]
+BlobUrl = Annotated[str | None, typer.Option(envvar="OPENRELAY_BLOB_URL", show_envvar=True,
+                                             help="s3://BUCKET/PREFIX (endpoint, region and credentials from "
+                                                  "AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, "
+                                                  "AWS_SECRET_ACCESS_KEY) or a directory (default: the data "
+                                                  "dir's blobs/).")]
 # Request limits: unset, each comes from its environment variable, else its default (config.Settings).
 MaxHeaderBytes = Annotated[int | None, typer.Option(min=1, help="Request line and headers together, in bytes; "
                                                     "over it: 431 (default 65536).")]
@@ -60,6 +65,7 @@ def serve(
     max_upload_bytes: MaxUploadBytes = None,
     header_timeout: HeaderTimeout = None,
     body_timeout: BodyTimeout = None,
+    blob_url: BlobUrl = None,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
     import dataclasses
@@ -68,7 +74,7 @@ def serve(
     from ..server import serve as run_server
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
-                              window_seconds=window_seconds, metrics_token=metrics_token)
+                              window_seconds=window_seconds, metrics_token=metrics_token, blob_url=blob_url)
     limits = {"max_header_bytes": max_header_bytes, "max_create_body_bytes": max_create_bytes,
               "max_json_body_bytes": max_json_bytes, "max_upload_bytes": max_upload_bytes,
               "header_timeout_seconds": header_timeout, "body_idle_timeout_seconds": body_timeout}
@@ -83,25 +89,26 @@ def worker(
     catalog: CatalogFile = None,
     database_url: DatabaseUrl = None,
     window_seconds: Window = 86_400,
+    blob_url: BlobUrl = None,
 ) -> None:
     """Run a worker only: claims and runs batches from the shared store."""
     from ..config import Settings
     from ..server import run_worker
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
-                              window_seconds=window_seconds)
+                              window_seconds=window_seconds, blob_url=blob_url)
     with _refusing_bad_catalogs():
         run_worker(settings)
 
 
 @contextlib.contextmanager
 def _refusing_bad_catalogs() -> Iterator[None]:
-    """A catalog the process cannot start with: its message on stderr and exit 2, not a traceback."""
-    from ..errors import CatalogError
+    """A catalog or setting the process cannot start with: its message on stderr and exit 2, not a traceback."""
+    from ..errors import CatalogError, ConfigError
 
     try:
         yield
-    except CatalogError as exc:
+    except (CatalogError, ConfigError) as exc:
         typer.echo(f"orl: {exc.message}", err=True)
         raise typer.Exit(2) from None
 
