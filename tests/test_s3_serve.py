@@ -3,7 +3,9 @@ bucket and none in the server's data directory."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import orjson
 
 from tests.support.records import chat, jsonl, upload
 from tests.support.seaweed import S3Bucket, s3_bucket, seaweed  # noqa: F401  (session fixtures)
-from tests.support.server import Server
+from tests.support.server import ORL, Server
 
 BIG_TEXT = "x" * 1_000_000  # nine of these make an input and an output past one 8 MiB part: multipart both ways
 # What orl serve itself keeps in its data dir besides blobs (the SQLite store, the catalog, its log, its key).
@@ -62,3 +64,15 @@ def test_a_batch_runs_with_every_byte_in_the_bucket(make_server: Callable[..., S
 
 def _blob_files_in(data_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*") if p.is_file() and p.name not in NOT_BLOBS)
+
+
+def test_a_bad_blob_url_stops_the_process_with_exit_2(s3_bucket: S3Bucket, tmp_path: Path) -> None:  # noqa: F811
+    env = {**os.environ, **s3_bucket.server.env()}
+    for command, url, says in [
+        (("worker",), "s3://no-such-bucket-here/x", "cannot be listed"),
+        (("serve", "--port", "1"), "ftp://host/x", "expected s3://BUCKET/PREFIX"),
+    ]:
+        done = subprocess.run([ORL, *command, "--data-dir", str(tmp_path), "--blob-url", url], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and "Traceback" not in done.stderr
