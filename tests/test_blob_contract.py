@@ -272,3 +272,42 @@ def test_a_directory_url(tmp_path: Path) -> None:
     settings = Settings.build(data_dir=tmp_path / "data", database_url=None, blob_url=str(tmp_path / "elsewhere"))
     blobs = open_blob_store(settings, environ={})
     assert isinstance(blobs, LocalBlobStore) and blobs.root == tmp_path / "elsewhere"
+
+
+_STREAM_SCRIPT = """
+import resource, sys
+from openrelay.blobs.s3 import S3BlobStore, S3Location
+bucket, prefix, endpoint, key_id, secret, size = sys.argv[1:]
+blobs = S3BlobStore(S3Location(bucket=bucket, prefix=prefix), endpoint=endpoint, access_key_id=key_id,
+                    secret_access_key=secret)
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak()  # the interpreter, obstore and its runtime
+piece = b"y" * 65536
+with blobs.writer("files/big") as out:
+    for _ in range(int(size) // len(piece)):
+        out.write(piece)
+written = peak()
+assert sum(len(chunk) for chunk in blobs.iter_bytes("files/big", 1 << 20)) == int(size)
+assert blobs.compose("batches/b/output.jsonl", ["files/big"]) == int(size)
+print(base, written, peak())
+"""
+
+
+def test_a_large_blob_streams_through_bounded_memory(s3_bucket: S3Bucket) -> None:  # noqa: F811
+    """256 MiB written, read back and composed by an S3 store in a fresh process: its peak memory grows by the
+    parts and windows in flight (8 MiB parts, 4 at a time, one 8 MiB read window), far less than the blob."""
+    import subprocess
+    import sys
+
+    size = 256 << 20
+    prefix = "stream-" + secrets.token_hex(4)
+    server = s3_bucket.server
+    done = subprocess.run([sys.executable, "-c", _STREAM_SCRIPT, s3_bucket.name, prefix, server.endpoint,
+                           server.access_key_id, server.secret_access_key, str(size)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    base, written, peak = (int(n) // 1024 for n in done.stdout.split())
+    print(f"peak RSS in MiB: {base} at start, {written} after the write, {peak} after read and compose")
+    assert written - base < 96 and peak - base < 96
+    assert s3_bucket.keys(prefix + "/") == [f"{prefix}/batches/b/output.jsonl", f"{prefix}/files/big"]
+    obstore.delete(server.store(s3_bucket.name), [f"{prefix}/batches/b/output.jsonl", f"{prefix}/files/big"])

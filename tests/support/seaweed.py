@@ -48,6 +48,7 @@ class Seaweed:
     workdir: Path
     endpoint: str  # http://127.0.0.1:PORT, S3 with path-style addressing
     filer_port: int
+    grpc_ports: tuple[int, ...]
     access_key_id: str
     secret_access_key: str
     region: str = "us-east-1"
@@ -120,7 +121,8 @@ def start_seaweed() -> Seaweed:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
                             start_new_session=True)
     server = Seaweed(proc=proc, workdir=workdir, endpoint=f"http://127.0.0.1:{ports['s3.port']}",
-                     filer_port=ports["filer.port"], access_key_id=access, secret_access_key=secret)
+                     filer_port=ports["filer.port"], access_key_id=access, secret_access_key=secret,
+                     grpc_ports=tuple(port for flag, port in ports.items() if flag.endswith(".grpc")))
     _wait_until_writable(server)
     return server
 
@@ -147,15 +149,20 @@ def _wait_until_writable(server: Seaweed) -> None:
 
 
 def stop_seaweed(server: Seaweed) -> None:
+    """SIGTERM, and SIGKILL after a few seconds: its data is thrown away, so a slow clean stop buys nothing."""
     if server.proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.proc.pid, signal.SIGTERM)
         try:
-            server.proc.wait(timeout=10)
+            server.proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.proc.pid, signal.SIGKILL)
             server.proc.wait(timeout=10)
+    # The gRPC sockets weed puts in /tmp by port (no flag moves them); a clean stop removes them, a kill does not.
+    for port in server.grpc_ports:
+        for stale in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
+            stale.unlink(missing_ok=True)
     shutil.rmtree(server.workdir, ignore_errors=True)
 
 
