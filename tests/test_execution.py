@@ -76,7 +76,10 @@ def test_result_lines_success_4xx_and_5xx(make_server, engine):
     assert {r["path"] for r in requests} == {"/v1/chat/completions"}
     assert _seen(engine, "refuse me") == 1
     assert _seen(engine, "flaky until") == 3
-    assert _seen(engine, "always broken") == 3
+    # Its attempts ran out, then the gate asked whether the engine itself was sick. When the flaky record's
+    # success came first, the engine was answering others: 3 calls. When "broken" and "flaky" were both failing
+    # and no call sent since had succeeded, it paused once (the safe side, docs/guarantees.md) and tried again: 6.
+    assert _seen(engine, "always broken") in (3, 6)
     assert _seen(engine, "first plain") == 1 and _seen(engine, "second plain") == 1
 
 
