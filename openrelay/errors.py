@@ -18,6 +18,8 @@ the API renders them with one function (``api.render``) into the OpenAI envelope
     ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
     ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
     ├── StoreError                       500 store_error             a database or blob failure, translated
+    │   └── StoreUnavailable             503 store_unavailable       the database or object store unreachable
+    │                                                                (refused, timed out, 5xx): ``Retry-After``
     ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
     └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 
@@ -44,6 +46,7 @@ __all__ = [
     "Conflict",
     "UnprocessableEntity",
     "StoreError",
+    "StoreUnavailable",
     "CatalogError",
     "ConfigError",
 ]
@@ -151,6 +154,21 @@ class StoreError(OpenRelayError):
     def envelope(self) -> dict[str, Any]:
         body = super().envelope()
         body["error"]["message"] = "the service's store did not answer; try again later"
+        return body
+
+
+class StoreUnavailable(StoreError):
+    """The database or the object store cannot be reached right now (a refused connection, a timeout, a 5xx
+    after the driver's own retries): nothing was kept, and the same request may succeed later. The API answers
+    503 with ``Retry-After: retry_after_seconds``; a worker keeps what it holds and tries again with backoff."""
+
+    status = 503
+    code = "store_unavailable"
+    retry_after_seconds = 5
+
+    def envelope(self) -> dict[str, Any]:
+        body = super().envelope()
+        body["error"]["message"] = "the service's store is unreachable right now; nothing was kept, try again later"
         return body
 
 

@@ -59,7 +59,11 @@ def _query_int(query: QueryParams, name: str, default: int) -> int:
 
 
 def render_error(exc: OpenRelayError) -> Response:
-    return _json(exc.envelope(), exc.status)
+    response = _json(exc.envelope(), exc.status)
+    retry_after = getattr(exc, "retry_after_seconds", None)  # StoreUnavailable: 503, worth trying again later
+    if retry_after is not None:
+        response.headers["retry-after"] = str(retry_after)
+    return response
 
 
 def create_app(rt: Runtime) -> FastAPI:

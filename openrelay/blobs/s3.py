@@ -8,7 +8,8 @@
   rewritten while it is read (a finalize run again) fails the read instead of mixing two versions.
 - ``compose`` streams each source through a new writer (obstore has no UploadPartCopy), so memory stays bounded by
   the writer's parts, whatever the sizes of the sources.
-- Driver errors (obstore's, and the OS errors under them) become ``StoreError`` here; absent keys ``BlobMissing``.
+- Driver errors (obstore's, and the OS errors under them) become ``StoreError`` here, ``StoreUnavailable`` (503)
+  when the server could not be reached or answered 5xx; absent keys ``BlobMissing``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from obstore.exceptions import BaseError as ObstoreError
 from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, StoreError, StoreUnavailable
 from .base import BlobMissing
 from .keys import check_key
 
@@ -34,6 +35,9 @@ __all__ = ["S3BlobStore", "S3Location"]
 
 _DRIVER_ERRORS = (ObstoreError, OSError)
 _MISSING = (NotFoundError, FileNotFoundError)
+# A request that never got an answer (refused, reset, timed out) or got a 5xx once retries ran out.
+_UNREACHABLE = ("HTTP error: error sending request", "kind: Connect", "kind: Timeout", "kind: Interrupted",
+                "kind: Request", "Server returned non-2xx status code: 5", "status: 5")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +114,7 @@ class S3BlobStore:
             upload = obstore.open_writer(self._store, path, buffer_size=self.part_bytes,
                                          max_concurrency=self.max_concurrency)
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot write blob {key!r}: {_brief(exc)}") from exc
+            raise _failure(f"cannot write blob {key!r}", exc) from exc
         try:
             yield _PartWriter(upload, key)
         except BaseException as exc:
@@ -121,7 +125,7 @@ class S3BlobStore:
         try:
             upload.close()
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot write blob {key!r}: {_brief(exc)}") from exc
+            raise _failure(f"cannot write blob {key!r}", exc) from exc
 
     @contextlib.contextmanager
     def open(self, key: str) -> Iterator[BinaryIO]:
@@ -160,7 +164,7 @@ class S3BlobStore:
         except _MISSING:
             return
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot delete blob {key!r}: {_brief(exc)}") from exc
+            raise _failure(f"cannot delete blob {key!r}", exc) from exc
 
     def _head(self, key: str) -> Any:
         try:
@@ -168,7 +172,18 @@ class S3BlobStore:
         except _MISSING as exc:
             raise BlobMissing(f"blob {key!r} is missing") from exc
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot read blob {key!r}: {_brief(exc)}") from exc
+            raise _failure(f"cannot read blob {key!r}", exc) from exc
+
+
+def _failure(what: str, exc: BaseException) -> StoreError:
+    """``what`` failed because of ``exc``: ``StoreUnavailable`` when the server could not be reached or answered
+    5xx (after obstore's own retries; worth trying again later), else ``StoreError``. obstore raises both kinds
+    as ``GenericError`` (``OSError`` from a writer), so its debug text is what tells them apart."""
+    text = str(exc)
+    message = f"{what}: {_brief(exc)}"
+    if any(mark in text for mark in _UNREACHABLE):
+        return StoreUnavailable(message)
+    return StoreError(message)
 
 
 def _brief(exc: BaseException) -> str:
@@ -194,7 +209,7 @@ class _PartWriter:
         try:
             return self._upload.write(data)
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot write blob {self._key!r}: {_brief(exc)}") from exc
+            raise _failure(f"cannot write blob {self._key!r}", exc) from exc
 
 
 class _RangeReader(io.RawIOBase):
@@ -246,7 +261,7 @@ class _RangeReader(io.RawIOBase):
         except _MISSING as exc:
             raise BlobMissing(f"blob {self._key!r} went missing while read") from exc
         except _DRIVER_ERRORS as exc:
-            raise StoreError(f"cannot read blob {self._key!r}: {_brief(exc)}") from exc
+            raise _failure(f"cannot read blob {self._key!r}", exc) from exc
         self._buffer = memoryview(data)
         self._buffer_start = self._pos
         if not self._buffer:

@@ -15,11 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from ..errors import NotFound, StoreError
+from ..errors import NotFound, StoreError, StoreUnavailable
 from ..ids import now
 from .tags import backfill_batch_tags
 
-__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
+__all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
 
 _WRITE = "openrelay_write"
 
@@ -29,6 +29,19 @@ def normalize_url(url: str) -> str:
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
+
+
+def database_error(exc: sa.exc.SQLAlchemyError, *, is_sqlite: bool) -> StoreError:
+    """A driver error as ours: a PostgreSQL server that cannot be reached or dropped the connection (refused,
+    restarting, timed out: ``OperationalError``, an invalidated connection) is ``StoreUnavailable``, worth trying
+    again later; anything else ``StoreError``. SQLite's OperationalError is a local file's (locked, missing
+    table): no server to wait for."""
+    message = f"database error: {exc.__class__.__name__}: {exc}"
+    unreachable = isinstance(exc, sa.exc.OperationalError | sa.exc.DisconnectionError) or getattr(
+        exc, "connection_invalidated", False)
+    if unreachable and not is_sqlite:
+        return StoreUnavailable(message)
+    return StoreError(message)
 
 
 def _migration_files() -> list[tuple[int, str, str]]:
@@ -71,7 +84,7 @@ class Database:
             with self.engine.connect() as conn, conn.begin():
                 yield conn
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+            raise database_error(exc, is_sqlite=self.is_sqlite) from exc
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
@@ -81,7 +94,7 @@ class Database:
                 with conn.begin():
                     yield conn
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+            raise database_error(exc, is_sqlite=self.is_sqlite) from exc
 
     def clock(self, conn: Connection) -> float:
         """Seconds since the epoch by the database's clock. Leases are shared by workers on many machines, so

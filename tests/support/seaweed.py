@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime
 import os
 import secrets
@@ -34,7 +35,8 @@ from obstore.store import S3Store
 
 from tests.support.server import free_port
 
-__all__ = ["Seaweed", "S3Bucket", "seaweed", "s3_bucket", "start_seaweed", "stop_seaweed"]
+__all__ = ["Seaweed", "S3Bucket", "seaweed", "s3_bucket", "start_seaweed", "stop_seaweed", "pause_seaweed",
+           "resume_seaweed"]
 
 START_SECONDS = 60.0
 # weed mini's listeners: each one named, so none falls back to a default port or to 0.0.0.0.
@@ -51,6 +53,7 @@ class Seaweed:
     grpc_ports: tuple[int, ...]
     access_key_id: str
     secret_access_key: str
+    command: tuple[str, ...] = ()  # how it was started: resume_seaweed starts it again the same way
     region: str = "us-east-1"
 
     def env(self) -> dict[str, str]:
@@ -115,16 +118,34 @@ def start_seaweed() -> Seaweed:
     for flag, port in ports.items():
         cmd += [f"-{flag}", str(port)]
     (workdir / "data").mkdir()
-    log = open(workdir / "weed.log", "wb")  # noqa: SIM115 - the server writes to it until it stops
-    # Its admin identity comes from these two variables (weed mini has no other credentials configured).
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
-                            start_new_session=True)
-    server = Seaweed(proc=proc, workdir=workdir, endpoint=f"http://127.0.0.1:{ports['s3.port']}",
-                     filer_port=ports["filer.port"], access_key_id=access, secret_access_key=secret,
+    server = Seaweed(proc=_launch(cmd, workdir, access, secret), workdir=workdir,
+                     endpoint=f"http://127.0.0.1:{ports['s3.port']}", filer_port=ports["filer.port"],
+                     access_key_id=access, secret_access_key=secret, command=tuple(cmd),
                      grpc_ports=tuple(port for flag, port in ports.items() if flag.endswith(".grpc")))
     _wait_until_writable(server)
     return server
+
+
+def _launch(cmd: list[str], workdir: Path, access: str, secret: str) -> subprocess.Popen[bytes]:
+    log = open(workdir / "weed.log", "ab")  # noqa: SIM115 - the server writes to it until it stops
+    # Its admin identity comes from these two variables (weed mini has no other credentials configured).
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
+                            start_new_session=True)
+
+
+def pause_seaweed(server: Seaweed) -> None:
+    """Stop the server and keep its data (an outage): every port it served refuses connections until
+    ``resume_seaweed``."""
+    _end_process(server, grace=15)
+
+
+def resume_seaweed(server: Seaweed) -> Seaweed:
+    """Start a paused server again on the same ports and data directory; returns it with its new process."""
+    restarted = dataclasses.replace(server, proc=_launch(list(server.command), server.workdir,
+                                                         server.access_key_id, server.secret_access_key))
+    _wait_until_writable(restarted)
+    return restarted
 
 
 def _wait_until_writable(server: Seaweed) -> None:
@@ -150,11 +171,16 @@ def _wait_until_writable(server: Seaweed) -> None:
 
 def stop_seaweed(server: Seaweed) -> None:
     """SIGTERM, and SIGKILL after a few seconds: its data is thrown away, so a slow clean stop buys nothing."""
+    _end_process(server, grace=3)
+    shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+def _end_process(server: Seaweed, *, grace: float) -> None:
     if server.proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.proc.pid, signal.SIGTERM)
         try:
-            server.proc.wait(timeout=3)
+            server.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.proc.pid, signal.SIGKILL)
@@ -163,7 +189,6 @@ def stop_seaweed(server: Seaweed) -> None:
     for port in server.grpc_ports:
         for stale in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
             stale.unlink(missing_ok=True)
-    shutil.rmtree(server.workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
