@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,8 @@ __all__ = [
     "ApiKey",
     "FileRecord",
     "Batch",
+    "BATCH_API_FIELDS",
+    "batch_api",
     "Rejection",
     "TAGS_KEY",
     "tag_list",
@@ -157,33 +160,51 @@ class Batch:
         return self.status in TERMINAL
 
     def as_api(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "batch",
-            "endpoint": self.endpoint,
-            "input_file_id": self.input_file_id,
-            "completion_window": self.completion_window,
-            "priority": self.priority,
-            "status": self.status.value,
-            "model": self.model,
-            "created_at": self.created_at,
-            "in_progress_at": self.in_progress_at,
-            "expires_at": self.expires_at,
-            "finalizing_at": self.finalizing_at,
-            "completed_at": self.completed_at,
-            "failed_at": self.failed_at,
-            "expired_at": self.expired_at,
-            "cancelling_at": self.cancelling_at,
-            "cancelled_at": self.cancelled_at,
-            "output_file_id": self.output_file_id,
-            "error_file_id": self.error_file_id,
-            "errors": {"object": "list", "data": self.errors} if self.errors else None,
-            "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
-            "usage": {
-                "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens,
-                "total_tokens": self.input_tokens + self.output_tokens,
-                "cost_nano_usd": self.cost_nano_usd,
-            },
-            "metadata": self.metadata,
-        }
+        fields = {name: getattr(self, name) for name in BATCH_API_FIELDS}
+        fields["status"] = self.status.value
+        return batch_api(**fields)
+
+
+def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str, priority: str, status: str,
+              model: str, created_at: int, in_progress_at: int | None, expires_at: int, finalizing_at: int | None,
+              completed_at: int | None, failed_at: int | None, expired_at: int | None, cancelling_at: int | None,
+              cancelled_at: int | None, output_file_id: str | None, error_file_id: str | None,
+              errors: list[dict[str, Any]] | None, total: int, completed: int, failed: int, input_tokens: int,
+              output_tokens: int, cost_nano_usd: int, metadata: dict[str, str] | None) -> dict[str, Any]:
+    """A batch as the API shows it, the one definition of that shape. Its parameters are the ``Batch`` fields
+    it is made from (``BATCH_API_FIELDS``): ``Batch.as_api`` passes them from the record, and the store's list
+    page straight from a row of those columns, skipping the record (store/batches.py)."""
+    return {
+        "id": id,
+        "object": "batch",
+        "endpoint": endpoint,
+        "input_file_id": input_file_id,
+        "completion_window": completion_window,
+        "priority": priority,
+        "status": status,
+        "model": model,
+        "created_at": created_at,
+        "in_progress_at": in_progress_at,
+        "expires_at": expires_at,
+        "finalizing_at": finalizing_at,
+        "completed_at": completed_at,
+        "failed_at": failed_at,
+        "expired_at": expired_at,
+        "cancelling_at": cancelling_at,
+        "cancelled_at": cancelled_at,
+        "output_file_id": output_file_id,
+        "error_file_id": error_file_id,
+        "errors": {"object": "list", "data": errors} if errors else None,
+        "request_counts": {"total": total, "completed": completed, "failed": failed},
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "cost_nano_usd": cost_nano_usd,
+        },
+        "metadata": metadata,
+    }
+
+
+# The fields of ``Batch`` the API shows, in the order of ``batch_api``'s parameters.
+BATCH_API_FIELDS: tuple[str, ...] = tuple(inspect.signature(batch_api).parameters)

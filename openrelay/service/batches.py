@@ -283,8 +283,8 @@ def list_batches(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, sta
         raise InvalidRequest("limit must be between 1 and 100", param="limit")
     if status is not None and status not in {s.value for s in BatchStatus}:
         raise InvalidRequest(f"unknown status {status!r}", param="status")
-    found, more = rt.batches.list(key.org_id, limit=limit, after=after, status=status, model=model, tag=tag)
-    return list_page([b.as_api() for b in found], more)
+    found, more = rt.batches.list_api(key.org_id, limit=limit, after=after, status=status, model=model, tag=tag)
+    return list_page(found, more)
 
 
 def cancel_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ..errors import Conflict, NotFound
 from ..ids import now
-from ..types import TERMINAL, Batch, BatchStatus
+from ..types import BATCH_API_FIELDS, TERMINAL, Batch, BatchStatus, batch_api
 from .compiled import CompiledRead, reader
 from .db import Database, holds_nul
 from .files import insert_file
@@ -59,6 +59,10 @@ def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
 # The columns the API's reads select, in the order of ``Batch``'s fields (every field is a column).
 _FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
 _COLUMNS = tuple(batches.c[name] for name in _FIELDS)
+# The columns a list page selects: only what the API shows (``types.batch_api``), 26 of the 35.
+_API_COLUMNS = tuple(batches.c[name] for name in BATCH_API_FIELDS)
+_API_ERRORS = BATCH_API_FIELDS.index("errors")
+_API_METADATA = BATCH_API_FIELDS.index("metadata")
 _GET = CompiledRead(sa.select(*_COLUMNS).where(batches.c.id == sa.bindparam("batch_id"),
                                                batches.c.org_id == sa.bindparam("org_id")))
 _ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
@@ -67,16 +71,17 @@ _ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
 
 @functools.cache
 def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> CompiledRead:
-    """The page query for one combination of filters, newest first, limited in SQL. Each walks an index
-    backwards and stops after the page: (org_id, created_ns, id) unfiltered, (org_id, status, ...) or
-    (org_id, model, ...) filtered, and with a tag the tag's range of batch_tags (store/tags.py)."""
+    """The page query for one combination of filters, newest first, limited in SQL, selecting
+    ``_API_COLUMNS``. Each walks an index backwards and stops after the page: (org_id, created_ns, id)
+    unfiltered, (org_id, status, ...) or (org_id, model, ...) filtered, and with a tag the tag's range of
+    batch_tags (store/tags.py)."""
     org_id = sa.bindparam("org_id")
     if tag:
         source, conditions, order = tagged(org_id, [sa.bindparam("tag")])
-        query = sa.select(*_COLUMNS).select_from(source).where(*conditions)
+        query = sa.select(*_API_COLUMNS).select_from(source).where(*conditions)
     else:
         order = (batches.c.created_ns, batches.c.id)
-        query = sa.select(*_COLUMNS).where(batches.c.org_id == org_id)
+        query = sa.select(*_API_COLUMNS).where(batches.c.org_id == org_id)
     if status:
         query = query.where(batches.c.status == sa.bindparam("status"))
     if model:
@@ -108,6 +113,18 @@ def _batch_from_values(values: tuple[Any, ...]) -> Batch:
     return record
 
 
+def _api_from_values(values: tuple[Any, ...]) -> dict[str, Any]:
+    """A row of ``_API_COLUMNS`` as the API shows it, with no record in between: the page's rows are only
+    rendered. Its shape is ``Batch.as_api``'s, from the same function."""
+    args = list(values)
+    errors = args[_API_ERRORS]
+    args[_API_ERRORS] = orjson.loads(errors) if errors else None
+    metadata = args[_API_METADATA]
+    if metadata is not None:
+        args[_API_METADATA] = orjson.loads(metadata)
+    return batch_api(*args)
+
+
 class Batches:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -136,10 +153,11 @@ class Batches:
             raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
         return _batch_from_values(values)
 
-    def list(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
-             model: str | None = None, tag: str | None = None) -> tuple[list[Batch], bool]:
-        """Newest first, after the batch ``after`` (404 when the organization has none such); one more row than
-        ``limit`` is read to tell whether there are more."""
+    def list_api(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
+                 model: str | None = None, tag: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """A page of batches as the API shows them (``Batch.as_api``), newest first, after the batch ``after``
+        (404 when the organization has none such); one more row than ``limit`` is read to tell whether there
+        are more."""
         if holds_nul(after):
             raise NotFound(f"No such Batch object: {after}", param="after")
         if holds_nul(model, tag):
@@ -158,7 +176,7 @@ class Batches:
                 if anchor is None:
                     raise NotFound(f"No such Batch object: {after}", param="after")
                 params["after_ns"], params["after_id"] = anchor
-            found = [_batch_from_values(v) for v in read.all(query, params)]
+            found = [_api_from_values(v) for v in read.all(query, params)]
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
