@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from ..errors import InputRefused, StoreError
+from ..errors import InputRefused, StoreError, StoreUnavailable
 
 __all__ = ["read_blocks", "numbered_lines", "BOM"]
 
@@ -31,6 +31,8 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, li
     while True:
         try:
             chunk = handle.read(_BLOCK)
+        except StoreUnavailable:
+            raise  # the store is away, not the input broken: a 503 to try again, not a 400
         except (OSError, StoreError) as exc:
             raise InputRefused(f"the input could not be read after line {number - 1}: {exc}",
                                code="input_unreadable") from exc
