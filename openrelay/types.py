@@ -19,6 +19,7 @@ __all__ = [
     "Batch",
     "BATCH_API_FIELDS",
     "batch_api",
+    "unknown_progress",
     "Rejection",
     "TAGS_KEY",
     "tag_list",
@@ -154,6 +155,7 @@ class Batch:
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     run_failures: int = 0
+    throughput_window: str | None = None  # the last minute's durable flushes, as store/throughput.py keeps them
 
     @property
     def terminal(self) -> bool:
@@ -204,6 +206,11 @@ def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str
         },
         "metadata": metadata,
     }
+
+
+def unknown_progress() -> dict[str, Any]:
+    """The batch object's ``openrelay`` progress numbers when none is known (service/progress.py fills them)."""
+    return {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None}
 
 
 # The fields of ``Batch`` the API shows, in the order of ``batch_api``'s parameters.

@@ -7,6 +7,7 @@ exactly when its line became durable, and a worker that lost its lease cannot ad
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import orjson
@@ -19,6 +20,7 @@ from ..types import BatchStatus
 from .db import Database
 from .files import insert_file
 from .schema import api_keys, batch_chunks, batches
+from .throughput import add_flush
 
 __all__ = ["Results", "Chunk", "LeaseLost", "ResultFile"]
 
@@ -75,9 +77,13 @@ class Results:
             if conn.execute(sa.select(batch_chunks.c.seq).where(batch_chunks.c.batch_id == batch_id,
                                                                 batch_chunks.c.seq == chunk.seq)).first():
                 return
+            window = conn.execute(sa.select(batches.c.throughput_window)
+                                  .where(batches.c.id == batch_id)).scalar()
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.lease_owner == worker_id,
             ).values(
+                throughput_window=add_flush(window, time.time(), chunk.completed + chunk.failed,
+                                            chunk.input_tokens + chunk.output_tokens),
                 completed=batches.c.completed + chunk.completed,
                 failed=batches.c.failed + chunk.failed,
                 input_tokens=batches.c.input_tokens + chunk.input_tokens,

@@ -100,6 +100,7 @@ batches = Table(
     Column("lease_expires_at", Float),
     Column("run_failures", Integer, nullable=False, default=0),  # runs that failed for a reason of their own
     Column("retry_at", Float),  # a failed run's batch waits until then before a worker takes it again
+    Column("throughput_window", Text),  # the last minute's flushes, per second (store/throughput.py); JSON or null
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
     Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
