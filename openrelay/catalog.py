@@ -14,7 +14,7 @@ from .urls import HttpUrl, UrlRefused, normalized_http_url
 
 __all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "ToolLimits", "load_catalog", "parse_catalog"]
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions")
+ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses")
 _NANO_PER_USD_PER_MTOK = Decimal(1000)  # 1 USD per Mtok = 1,000 nano-USD per token
 
 

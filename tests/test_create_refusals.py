@@ -130,7 +130,7 @@ def test_409_feature_disabled_before_the_rest_of_the_request(server):
 
     refused(input_file_id=file_id)
     refused(requests=[chat("req-1")])
-    refused(input_file_id=file_id, endpoint="/v1/responses", completion_window="48h")
+    refused(input_file_id=file_id, endpoint="/v1/moderations", completion_window="48h")
     refused(input_file_id=UNKNOWN_FILE)
     refused(input_file_id=file_id, requests=[chat("req-1")])
     refused(endpoint=None, completion_window=None)  # neither input, no endpoint, no window
@@ -167,7 +167,7 @@ def test_400_bad_fields_and_404_files(server):
         body = {k: v for k, v in body.items() if v is not _DROP}
         return error_of(server.http("POST", "/batches", json=body), 400, "invalid_request_error", param=param)
 
-    for endpoint in ("/v1/responses", "/v1/chat/completions/", "v1/embeddings", "", None, 5, _DROP):
+    for endpoint in ("/v1/moderations", "/v1/chat/completions/", "v1/embeddings", "", None, 5, _DROP):
         refused("endpoint", endpoint=endpoint)
     for window in ("48h", "1h", "24H", 24, None, _DROP):
         refused("completion_window", completion_window=window)

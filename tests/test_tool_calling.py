@@ -359,4 +359,5 @@ def test_create_rejects_tool_configs_that_could_never_run(server):
     created = create(server, completions, endpoint="/v1/completions")
     assert created["rejected_records"] == [{
         "line": 1, "custom_id": "text", "code": "invalid_tool_config",
-        "message": "tool_config works only with /v1/chat/completions (this batch's endpoint is /v1/completions)"}]
+        "message": "tool_config works only with /v1/chat/completions and /v1/responses (this batch's endpoint is "
+                   "/v1/completions)"}]

@@ -9,12 +9,12 @@ from urllib.parse import urlsplit
 
 from ..catalog import Catalog
 
-__all__ = ["tool_config_problem", "blocked_address", "MAX_ROUNDS_LIMIT", "DEFAULT_MAX_ROUNDS"]
+__all__ = ["tool_config_problem", "blocked_address", "MAX_ROUNDS_LIMIT", "DEFAULT_MAX_ROUNDS", "TOOL_ENDPOINTS"]
 
 DEFAULT_MAX_ROUNDS = 8
 MAX_ROUNDS_LIMIT = 16
 _SERVER_KEYS = {"url", "headers", "allowed_tools"}
-TOOL_ENDPOINT = "/v1/chat/completions"  # the only endpoint whose models call tools
+TOOL_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")  # the endpoints whose models call tools
 # Link-local (IPv4 and IPv6) and the cloud metadata addresses: never a tool server, whatever the allow-list says.
 # 169.254.169.254 serves AWS, GCP, Azure and Oracle; fd00:ec2::254 is AWS's IPv6 one, fd20:ce::254 GCP's,
 # 100.100.100.200 Alibaba's, 168.63.129.16 Azure's host agent (WireServer).
@@ -36,8 +36,9 @@ def tool_config_problem(config: Any, catalog: Catalog, endpoint: str) -> str | N
     """Why ``config`` is not an acceptable tool_config, or None when it is."""
     if not isinstance(config, dict):
         return "tool_config must be a JSON object"
-    if endpoint != TOOL_ENDPOINT:
-        return f"tool_config works only with {TOOL_ENDPOINT} (this batch's endpoint is {endpoint})"
+    if endpoint not in TOOL_ENDPOINTS:
+        return (f"tool_config works only with {' and '.join(TOOL_ENDPOINTS)} "
+                f"(this batch's endpoint is {endpoint})")
     extra = sorted(set(config) - {"servers", "max_rounds"})
     if extra:
         return f'tool_config has an unknown field "{extra[0]}"'

@@ -174,8 +174,7 @@ class BatchRun:
         try:
             reply = await self._answer(record["body"])
             if 200 <= reply.status_code < 300:
-                usage = reply.body.get("usage") if isinstance(reply.body.get("usage"), dict) else {}
-                prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+                prompt, completion = _billed_tokens(self.batch.endpoint, reply.body)
                 data = output_line(custom_id, reply.body, catalog_model=self.spec.name)
                 self.writer.add_output(line, data, prompt_tokens=prompt, completion_tokens=completion,
                                        cost=self.price.cost(prompt, completion))
@@ -205,7 +204,8 @@ class BatchRun:
         from .tools import ToolLoopFailed, run_tool_loop
 
         try:
-            return await run_tool_loop(_engine_body(body), tool_config, self._call, self.rt.catalog)
+            return await run_tool_loop(_engine_body(body), tool_config, self._call, self.rt.catalog,
+                                       self.batch.endpoint)
         except ToolLoopFailed as exc:
             raise _RecordFailed(exc.code, exc.message) from exc
 
@@ -220,6 +220,20 @@ def _engine_body(body: dict[str, Any]) -> dict[str, Any]:
     ext = {k: v for k, v in body["openrelay"].items() if k != "tool_config"}
     rest = {k: v for k, v in body.items() if k != "openrelay"}
     return {**rest, "openrelay": ext} if ext else rest
+
+
+# The usage fields an answer counts its (input, output) tokens in: the Responses API names them its own way.
+_USAGE_FIELDS = {"/v1/responses": ("input_tokens", "output_tokens")}
+_CHAT_USAGE_FIELDS = ("prompt_tokens", "completion_tokens")  # chat and text completions, embeddings
+
+
+def _billed_tokens(endpoint: str, body: dict[str, Any]) -> tuple[int, int]:
+    """(input tokens, output tokens) an answer is billed for: what its ``usage`` says, 0 for a missing count."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    input_field, output_field = _USAGE_FIELDS.get(endpoint, _CHAT_USAGE_FIELDS)
+    return _tokens(usage, input_field), _tokens(usage, output_field)
 
 
 def _tokens(usage: dict[str, Any], name: str) -> int:

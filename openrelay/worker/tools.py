@@ -1,8 +1,9 @@
 """The tool loop of a record carrying ``body.openrelay.tool_config`` (CONTRACT section 8).
 
 The worker connects to the record's MCP servers (streamable HTTP, the official ``mcp`` SDK), offers their tools
-to the model beside the record's own ``tools``, runs the calls the model makes, feeds the results back as ``tool``
-messages, and asks again, until the model answers without calling a server tool. The record's answer is the last
+to the model beside the record's own ``tools``, runs the calls the model makes, feeds the results back (``tool``
+messages in a chat, ``function_call_output`` items on the Responses API: ``tool_shapes``), and asks again, until
+the model answers without calling a server tool. The record's answer is the last
 turn's completion with ``usage`` summed over every turn, so billing (which reads ``usage``) counts each turn once:
 a record resumed after a crash runs its loop from the start, and only a record's final line is ever committed.
 
@@ -42,6 +43,7 @@ from ..catalog import Catalog, ToolLimits
 from ..engines.base import EngineReply
 from ..validation.tool_config import DEFAULT_MAX_ROUNDS
 from .tool_http import BlockedAddress, checked_client
+from .tool_shapes import ToolCall, ToolShape, shape_for
 
 __all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop"]
 
@@ -63,9 +65,10 @@ class ToolLoopFailed(Exception):
 
 
 async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model: ModelCall,
-                        catalog: Catalog) -> EngineReply:
+                        catalog: Catalog, endpoint: str) -> EngineReply:
     """The record's final reply. ``body`` is what the model may see (tool_config already stripped);
-    ``call_model`` makes one model call with the worker's retries. Raises ``ToolLoopFailed``, or what
+    ``call_model`` makes one model call with the worker's retries; ``endpoint`` (chat completions or responses)
+    decides how tools are offered and calls read (``tool_shapes``). Raises ``ToolLoopFailed``, or what
     ``call_model`` raised; never anything else, so no record can bring down the batch that runs it."""
     budget = _Budget(catalog.tool_limits)
     model_errors: list[BaseException] = []
@@ -87,7 +90,8 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
         with budget.setup_scope:
             async with contextlib.AsyncExitStack() as stack:
                 try:
-                    ended.append(await _connected_loop(stack, body, config, call, catalog, budget))
+                    ended.append(await _connected_loop(stack, body, config, call, catalog, budget,
+                                                       shape_for(endpoint)))
                 except Exception as exc:
                     ended.append(exc)
                     raise
@@ -106,9 +110,9 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
 
 
 async def _connected_loop(stack: contextlib.AsyncExitStack, body: dict[str, Any], config: dict[str, Any],
-                          call_model: ModelCall, catalog: Catalog, budget: _Budget) -> EngineReply:
+                          call_model: ModelCall, catalog: Catalog, budget: _Budget, shape: ToolShape) -> EngineReply:
     own_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
-    own_names = {_function_name(t) for t in own_tools}
+    own_names = {shape.defined_name(t) for t in own_tools}
     routes: dict[str, Client] = {}
     offered: list[dict[str, Any]] = []
     for server in config["servers"]:
@@ -116,36 +120,33 @@ async def _connected_loop(stack: contextlib.AsyncExitStack, body: dict[str, Any]
         for tool in await _list_tools(client, server, budget):
             if tool.name not in own_names and tool.name not in routes:  # the record's own tools win
                 routes[tool.name] = client
-                offered.append(_as_function(tool))
+                offered.append(shape.offered(tool))
     request = {**body, "tools": [*own_tools, *offered]} if offered else body
-    return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call_model, budget)
+    return await _loop(request, routes, config.get("max_rounds", DEFAULT_MAX_ROUNDS), call_model, budget, shape)
 
 
 async def _loop(request: dict[str, Any], routes: dict[str, Client], max_rounds: int, call_model: ModelCall,
-                budget: _Budget) -> EngineReply:
-    messages = request.get("messages")
-    if not isinstance(messages, list):  # nothing to append to: the engine says what is wrong with the body
+                budget: _Budget, shape: ToolShape) -> EngineReply:
+    conversation = shape.conversation(request)
+    if conversation is None:  # nothing to append to: the engine says what is wrong with the body
         return await call_model(request)
     rounds = 0
     usage: dict[str, Any] = {}
     while True:
-        reply = await call_model({**request, "messages": messages})
+        reply = await call_model(request)
         if not 200 <= reply.status_code < 300:
             return reply
         _add_usage(usage, reply.body.get("usage"))
-        message = _assistant_message(reply.body)
-        calls = message.get("tool_calls")
-        # No call, or a call of a tool the record defined itself: the completion goes back to the user as is.
-        if not isinstance(calls, list) or not calls or not all(_call_name(c) in routes for c in calls):
+        calls = shape.calls(reply.body)
+        # No call, or a call of a tool the record defined itself: the answer goes back to the user as is.
+        if not calls or not all(call.name in routes for call in calls):
             return _final(reply, rounds, usage)
         if rounds == max_rounds:
             raise ToolLoopFailed("tool_rounds_exceeded",
                                  f"the model still called tools after max_rounds ({max_rounds}) tool rounds")
         rounds += 1
-        results = [{"role": "tool", "tool_call_id": call.get("id", ""),
-                    "content": await _run_call(call, routes, budget)} for call in calls]
-        messages = [*messages, {"role": "assistant", "content": message.get("content"), "tool_calls": calls},
-                    *results]
+        results = [await _run_call(call, routes, budget) for call in calls]
+        request, conversation = shape.continued(request, conversation, reply.body, calls, results)
 
 
 def _final(reply: EngineReply, rounds: int, usage: dict[str, Any]) -> EngineReply:
@@ -258,10 +259,11 @@ async def _list_tools(client: Client, server: dict[str, Any], budget: _Budget) -
     return [tool for tool in tools if allowed is None or tool.name in allowed]
 
 
-async def _run_call(call: dict[str, Any], routes: dict[str, Client], budget: _Budget) -> str:
+async def _run_call(call: ToolCall, routes: dict[str, Client], budget: _Budget) -> str:
     """The text the model gets back: the tool's result, or what went wrong with the call."""
-    name = _call_name(call)
-    raw = (call.get("function") or {}).get("arguments") or "{}"
+    name = call.name
+    assert name is not None  # only calls of routed tools run
+    raw = call.arguments or "{}"
     try:
         arguments = orjson.loads(raw) if isinstance(raw, str) else raw
     except orjson.JSONDecodeError:
@@ -293,31 +295,7 @@ def _capped(text: str, limit: int) -> str:
     return raw[:limit].decode("utf-8", "ignore") + f"\n[tool output cut to {limit} of its {len(raw)} bytes]"
 
 
-# -- chat shapes -------------------------------------------------------------------------------------------------
-
-
-def _as_function(tool: Tool) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description:
-        function["description"] = tool.description
-    function["parameters"] = tool.input_schema
-    return {"type": "function", "function": function}
-
-
-def _function_name(tool: Any) -> str | None:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    return function.get("name") if isinstance(function, dict) else None
-
-
-def _call_name(call: Any) -> str | None:
-    return _function_name(call)  # a tool call names its function the way a tool definition does
-
-
-def _assistant_message(body: dict[str, Any]) -> dict[str, Any]:
-    choices = body.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    message = choice.get("message")
-    return message if isinstance(message, dict) else {}
+# -- usage and failures ----------------------------------------------------------------------------------------
 
 
 def _add_usage(total: dict[str, Any], usage: Any) -> None:

@@ -118,6 +118,8 @@ def usage_of(lines: dict[str, dict], priority: str = "standard") -> dict[str, in
     pt = ct = nano = 0
     for line in lines.values():
         usage = line["response"]["body"]["usage"]
-        p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        # Chat and text completions count prompt/completion tokens; the Responses API input/output tokens.
+        p = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+        c = usage.get("completion_tokens", usage.get("output_tokens", 0))
         pt, ct, nano = pt + p, ct + c, nano + cost(p, c, priority)
     return {"input_tokens": pt, "output_tokens": ct, "total_tokens": pt + ct, "cost_nano_usd": nano}

@@ -12,7 +12,8 @@ every gate requests have reached so far; releasing a name no request has reached
 and forgets the gates. A test that needs a batch "still running" holds its records instead of sleeping.
 Chat calls tools on ``#call_tool=NAME:{json args}`` (JSON without spaces; one token per call of the turn) while
 the conversation has fewer than ``#tool_rounds=N`` (default 1) tool-calling turns, then answers with text quoting
-every tool result it was given.
+every tool result it was given. ``/v1/responses`` answers the same way with Response objects (``function_call``
+items for tool calls, ``function_call_output`` items read back).
 Kept deliberately lean (plain Starlette, orjson, no pydantic) because benchmarks use it as the
 "infinitely fast" engine, so its own overhead must stay negligible.
 """
@@ -114,12 +115,15 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")  # chat's text parts, and the Responses API's
+
+
 def content_text(content: Any) -> str:
     """Chat content is either a string or a list of typed parts; only text parts matter here."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in TEXT_PARTS)
     return ""
 
 
@@ -202,6 +206,49 @@ async def tool_turn(body: Body, roles: list[Any], texts: list[str], last_user: s
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model"), "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    })
+
+
+async def responses(body: Body) -> Response:
+    """``/v1/responses``: the answer is a Response object with one message item, or ``function_call`` items
+    (``#call_tool=``, stateless: the conversation so far is in ``input``), usage in input/output tokens."""
+    given = body.get("input")
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        return error_response(400, "input: field required (a string or a list of items)")
+    texts = [content_text(item.get("content")) for item in items if "role" in item]
+    last_user = next((content_text(i.get("content")) for i in reversed(items) if i.get("role") == "user"), "")
+    results = [str(item.get("output", "")) for item in items if item.get("type") == "function_call_output"]
+    err, forced = await apply_directives(last_user)
+    if err is not None:
+        return err
+    specs = [t.split("=", 1)[1] for t in last_user.split() if t.startswith("#call_tool=")]
+    # A tool-calling turn is a run of function_call items (the stateless conversation holds every one so far).
+    turns_done = sum(1 for i, item in enumerate(items) if item.get("type") == "function_call"
+                     and (i == 0 or items[i - 1].get("type") != "function_call"))
+    output: list[Body]
+    if specs and turns_done < int(parse_directives(last_user).get("tool_rounds", "1")):
+        output = [{"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:12]}",
+                   "call_id": f"call_{uuid.uuid4().hex[:12]}", "name": spec.partition(":")[0],
+                   "arguments": spec.partition(":")[2] or "{}", "status": "completed"} for spec in specs]
+        words = len(specs)
+    else:
+        answer = ("tool results: " + " | ".join(results)) if results else f"echo: {last_user}"
+        output = [{"type": "message", "id": f"msg_{uuid.uuid4().hex[:12]}", "status": "completed",
+                   "role": "assistant", "content": [{"type": "output_text", "text": answer, "annotations": []}]}]
+        words = word_count(answer)
+    instructions = body.get("instructions")
+    prompt = sum(map(word_count, [*texts, *results, instructions if isinstance(instructions, str) else ""]))
+    completion = forced if forced is not None else words
+    return json_response({
+        "id": f"resp_{uuid.uuid4().hex[:12]}", "object": "response", "created_at": int(time.time()),
+        "status": "completed", "error": None, "incomplete_details": None, "instructions": instructions,
+        "metadata": body.get("metadata") or {}, "model": body.get("model"), "output": output,
+        "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto", "tools": body.get("tools") or [],
+        "top_p": 1.0, "usage": {
+            "input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion},
     })
 
 
@@ -322,6 +369,7 @@ app = Starlette(routes=[
     v1_route("/v1/chat/completions", chat),
     v1_route("/v1/completions", completions),
     v1_route("/v1/embeddings", embeddings),
+    v1_route("/v1/responses", responses),
     Route("/v1/models", models),
     Route("/health", health),
     Route("/control/requests", control_requests),
