@@ -106,7 +106,13 @@ def test_database_stopped_mid_batch_and_started_again_loses_and_doubles_nothing(
         engine.release("go")  # the held calls answer; their results cannot be written now
         wait_for(lambda: _write_failures(server) >= 3, "result writes to fail and back off", timeout=60)
         assert engine.stats()["requests"] <= MOST_SENT_WHILE_DOWN
+        for path in (f"/batches/{batch_id}", "/batches?limit=5"):  # polls: a 503 to try again, never a 500
+            answer = server.http("GET", path)
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "store_unavailable" and answer.headers["retry-after"]
         own_postgres.start()
+        wait_for(lambda: server.http("GET", f"/batches/{batch_id}").status_code == 200, "polls to answer again",
+                 timeout=60)
         _check_all_landed_once(server, engine, batch_id)
     finally:
         server.stop()

@@ -25,7 +25,8 @@ from ..service import batches as batch_service
 from ..service import files as file_service
 from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
-from ..store.compiled import reads_are_local
+from ..store.async_reads import AsyncReads
+from ..store.compiled import Plan, reads_are_local, run_plan
 from ..types import ApiKey
 from ..web.routes import mount_dashboard
 from .guard import RenderUnexpectedErrors
@@ -100,23 +101,34 @@ def create_app(rt: Runtime) -> FastAPI:
         return await run_in_threadpool(keys.authenticate, request.headers.get("authorization"))
 
     reads_on_loop = reads_are_local(rt.db)
+    loop_reads = None if reads_on_loop else AsyncReads(rt.db)
+    if loop_reads is not None:
+        app.router.on_shutdown.append(loop_reads.close)
 
-    async def as_reader(request: Request, read: Callable[..., T], *args: Any, local: bool = False,
-                        **kwargs: Any) -> T:
+    async def as_reader(request: Request, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``read(rt, key, ...)`` for a request that only reads, with the key from memory when it was checked
-        recently (see ``Keys``). ``local``: the read is one of the store's compiled reads, which may run on the
-        event loop where the store's reads are local (SQLite: cheaper than the hop, see ``reads_are_local``).
-        Otherwise the key's lookup, if needed, and the read share one hop to a thread; the loop's own executor,
-        which costs half what ``run_in_threadpool`` does."""
+        recently (see ``Keys``). The key's lookup, if needed, and the read share one hop to a thread; the loop's
+        own executor, which costs half what ``run_in_threadpool`` does."""
         authorization = request.headers.get("authorization")
         key = keys.cached(authorization)
-        if key is not None and local and reads_on_loop:
-            return read(rt, key, *args, **kwargs)
         loop = asyncio.get_running_loop()
         if key is not None:
             return await loop.run_in_executor(None, functools.partial(read, rt, key, *args, **kwargs))
         return await loop.run_in_executor(
             None, lambda: read(rt, keys.for_read(authorization), *args, **kwargs))
+
+    async def by_plan(request: Request, make_plan: Callable[..., Plan[T]], *args: Any, **kwargs: Any) -> T:
+        """The answer of the plan ``make_plan(rt, key, ...)`` (``store.compiled``), run without leaving the event
+        loop: on SQLite straight on the loop (a local read is cheaper than a hop, see ``reads_are_local``), on
+        PostgreSQL on the loop's own connections (``store.async_reads``). Only a key that is not in memory
+        goes to a thread to be looked up."""
+        authorization = request.headers.get("authorization")
+        key = keys.cached(authorization)
+        if key is None:
+            key = await asyncio.get_running_loop().run_in_executor(None, keys.for_read, authorization)
+        if loop_reads is None:
+            return run_plan(rt.db, make_plan(rt, key, *args, **kwargs))
+        return await loop_reads.run(lambda: make_plan(rt, key, *args, **kwargs))
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -184,15 +196,15 @@ def create_app(rt: Runtime) -> FastAPI:
         # The query is read here rather than declared as parameters: FastAPI's solving of declared parameters
         # costs more than this poll's own work. ``_query_int`` parses and refuses as FastAPI would.
         query = request.query_params
-        return _json(await as_reader(request, batch_service.list_batches, limit=_query_int(query, "limit", 20),
-                                     after=query.get("after"), status=query.get("status"),
-                                     model=query.get("model"), tag=query.get("tag"), local=True))
+        return _json(await by_plan(request, batch_service.list_batches_plan, limit=_query_int(query, "limit", 20),
+                                   after=query.get("after"), status=query.get("status"),
+                                   model=query.get("model"), tag=query.get("tag")))
 
     @app.get("/v1/batches/{batch_id}")
     async def get_batch(request: Request) -> Response:
         # The id is read from the path here, not declared: see list_batches.
         batch_id = request.path_params["batch_id"]
-        return _json((await as_reader(request, batch_service.get_batch, batch_id, local=True)).as_api())
+        return _json((await by_plan(request, batch_service.get_batch_plan, batch_id)).as_api())
 
     @app.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(request: Request, batch_id: str) -> Response:

@@ -1,4 +1,5 @@
-"""``kind = "llama-cpp"``: a GGUF chat model run in-process on the CPU by llama.cpp.
+"""``kind = "llama-cpp"``: a GGUF chat model run in-process on the CPU by llama.cpp, on chat completions and on
+the Responses API (read as a chat: ``responses_local``).
 
 One llama.cpp context per concurrent request, each with one thread: on a small machine that beats one context
 oversubscribed by many threads. The weights are memory-mapped, so the contexts share them. The contexts run on the
@@ -14,6 +15,7 @@ from typing import Any
 
 from .base import EngineReply, EngineUnavailable, error_body
 from .packaged import packaged_file as resolve_gguf  # ``package:file.gguf``: a model shipped inside a package
+from .responses_local import chat_request, response_object
 from .threads import EngineThreads
 
 __all__ = ["LlamaCppEngine", "resolve_gguf"]
@@ -51,8 +53,11 @@ class LlamaCppEngine:
                                verbose=False)
 
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
+        if endpoint == "/v1/responses":
+            return await self._respond(body)
         if endpoint != "/v1/chat/completions":
-            return EngineReply(400, error_body(f"{self.model_name} serves only /v1/chat/completions"))
+            return EngineReply(400, error_body(f"{self.model_name} serves only /v1/chat/completions and "
+                                              "/v1/responses"))
         messages = body.get("messages")
         problem = _messages_problem(messages)
         if problem is not None:
@@ -62,6 +67,22 @@ class LlamaCppEngine:
         if type(max_tokens) is not int or max_tokens < 1:
             return EngineReply(400, error_body(f"max_tokens must be a positive integer (got {max_tokens!r:.50})"))
         kwargs["max_tokens"] = max_tokens
+        return await self._complete(messages, kwargs)
+
+    async def _respond(self, body: dict[str, Any]) -> EngineReply:
+        """``/v1/responses``: the request run as a chat, answered as a Response object (``responses_local``)."""
+        request = chat_request(body, default_max_tokens=self.default_max_tokens, model_name=self.model_name)
+        if isinstance(request, str):
+            return EngineReply(400, error_body(request))
+        reply = await self._complete(request.messages, {"max_tokens": request.max_output_tokens,
+                                                        "temperature": request.temperature,
+                                                        "top_p": request.top_p})
+        if reply.status_code != 200:
+            return reply
+        return EngineReply(200, response_object(reply.body, request, model_name=self.model_name))
+
+    async def _complete(self, messages: list[Any], kwargs: dict[str, Any]) -> EngineReply:
+        """One chat completion on a context of the pool."""
         try:
             pool = await self._pool()
         except Exception as exc:  # noqa: BLE001 - a model that cannot load: the gate treats it as an outage

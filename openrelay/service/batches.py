@@ -15,13 +15,15 @@ from ..catalog import ENDPOINTS
 from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..ids import new_batch_id, new_file_id, now, now_ns
 from ..runtime import Runtime
+from ..store.compiled import Plan, run_plan
 from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
 from .pages import list_page
 
-__all__ = ["create_batch", "get_batch", "list_batches", "cancel_batch", "replace_metadata", "check_metadata"]
+__all__ = ["create_batch", "get_batch", "get_batch_plan", "list_batches_plan", "cancel_batch", "replace_metadata",
+           "check_metadata"]
 
 WINDOWS = ("24h",)
 MAX_IDEMPOTENCY_KEY_BYTES = 512
@@ -272,18 +274,25 @@ def _file_values(file_id: str, key: ApiKey, purpose: str, filename: str, size: i
 
 
 def get_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:
+    return run_plan(rt.db, get_batch_plan(rt, key, batch_id))
+
+
+def get_batch_plan(rt: Runtime, key: ApiKey, batch_id: str) -> Plan[Batch]:
+    """``get_batch`` as a plan of reads (``store.compiled``): the API runs it on its event loop."""
     require(key, Scope.BATCH_READ)
-    return rt.batches.get(key.org_id, batch_id)
+    return (yield from rt.batches.get_plan(key.org_id, batch_id))
 
 
-def list_batches(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, status: str | None,
-                 model: str | None, tag: str | None) -> dict[str, Any]:
+def list_batches_plan(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, status: str | None,
+                      model: str | None, tag: str | None) -> Plan[dict[str, Any]]:
+    """A page of ``GET /v1/batches``, as a plan of reads."""
     require(key, Scope.BATCH_READ)
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", param="limit")
     if status is not None and status not in {s.value for s in BatchStatus}:
         raise InvalidRequest(f"unknown status {status!r}", param="status")
-    found, more = rt.batches.list_api(key.org_id, limit=limit, after=after, status=status, model=model, tag=tag)
+    found, more = yield from rt.batches.list_api_plan(key.org_id, limit=limit, after=after, status=status,
+                                                      model=model, tag=tag)
     return list_page(found, more)
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Row
 from ..errors import Conflict, NotFound
 from ..ids import now
 from ..types import BATCH_API_FIELDS, TERMINAL, Batch, BatchStatus, batch_api
-from .compiled import CompiledRead, reader
+from .compiled import All, CompiledRead, First, Plan, run_plan
 from .db import Database, holds_nul
 from .files import insert_file
 from .idempotency import Claim, complete_claim
@@ -146,10 +146,14 @@ class Batches:
                 complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
+        return run_plan(self.db, self.get_plan(org_id, batch_id))
+
+    @staticmethod
+    def get_plan(org_id: str, batch_id: str) -> Plan[Batch]:
+        """``get`` as a plan (``store.compiled``), which the API's event loop may run without a thread."""
         values = None
         if not holds_nul(batch_id):
-            with reader(self.db) as read:
-                values = read.first(_GET, {"batch_id": batch_id, "org_id": org_id})
+            values = yield First(_GET, {"batch_id": batch_id, "org_id": org_id})
         if values is None:
             raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
         return _batch_from_values(values)
@@ -159,6 +163,13 @@ class Batches:
         """A page of batches as the API shows them (``Batch.as_api``), newest first, after the batch ``after``
         (404 when the organization has none such); one more row than ``limit`` is read to tell whether there
         are more."""
+        return run_plan(self.db, self.list_api_plan(org_id, limit=limit, after=after, status=status, model=model,
+                                                    tag=tag))
+
+    @staticmethod
+    def list_api_plan(org_id: str, *, limit: int, after: str | None, status: str | None = None,
+                      model: str | None = None, tag: str | None = None) -> Plan[tuple[list[dict[str, Any]], bool]]:
+        """``list_api`` as a plan."""
         if holds_nul(after):
             raise NotFound(f"No such Batch object: {after}", param="after")
         if holds_nul(model, tag):
@@ -171,13 +182,12 @@ class Batches:
         if tag:
             params["tag"] = tag  # one tag, exactly as sent: it equals a stored (trimmed) tag or nothing
         query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
-        with reader(self.db) as read:
-            if after:
-                anchor = read.first(_ANCHOR, {"batch_id": after, "org_id": org_id})
-                if anchor is None:
-                    raise NotFound(f"No such Batch object: {after}", param="after")
-                params["after_ns"], params["after_id"] = anchor
-            found = [_api_from_values(v) for v in read.all(query, params)]
+        if after:
+            anchor = yield First(_ANCHOR, {"batch_id": after, "org_id": org_id})
+            if anchor is None:
+                raise NotFound(f"No such Batch object: {after}", param="after")
+            params["after_ns"], params["after_id"] = anchor
+        found = [_api_from_values(v) for v in (yield All(query, params))]
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:

@@ -12,7 +12,12 @@ reads the anchor first, in its own statement: the anchor's position never change
 SQLite reads use one connection per thread, outside the pool (see ``_sqlite_reader``); PostgreSQL reads a pooled
 connection, pre-pinged as every other. Only plain values (str, int, float) may be bound: no type's bind processor
 runs. Rows come back as tuples in the order of the statement's columns. Driver errors become ``StoreError`` here,
-as in ``Database.read``; a connection the driver reports as lost is dropped.
+as in ``Database.read`` (``StoreUnavailable`` when the server cannot be reached); a connection the driver reports
+as lost is dropped.
+
+A read is written once, as a *plan*: a generator that yields the steps it needs (``First``, ``All``), is sent
+each step's rows, and returns its answer. ``run_plan`` runs a plan on a thread's driver connection; the API's
+event loop runs the same plan on PostgreSQL without leaving the loop (``store.async_reads``).
 """
 
 from __future__ import annotations
@@ -20,16 +25,19 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from ..errors import StoreError
-from .db import Database
+from ..errors import StoreError, StoreUnavailable
+from .db import Database, database_error
 
-__all__ = ["CompiledRead", "Reader", "reader", "reads_are_local"]
+__all__ = ["All", "CompiledRead", "First", "Plan", "Reader", "reader", "reads_are_local", "run_plan"]
+
+T = TypeVar("T")
 
 
 class CompiledRead:
@@ -53,6 +61,26 @@ class CompiledRead:
         return sql, tuple(values[name] for name in order)
 
 
+@dataclass(frozen=True, slots=True)
+class First:
+    """A plan's step: the first row of ``read`` (a tuple), or None."""
+
+    read: CompiledRead
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class All:
+    """A plan's step: every row of ``read``, a list of tuples."""
+
+    read: CompiledRead
+    params: Mapping[str, Any]
+
+
+# A read as steps: yields First/All, is sent each one's rows, returns the answer. It may raise (NotFound...).
+Plan = Generator[First | All, Any, T]
+
+
 class Reader:
     """A few reads on one pooled driver connection."""
 
@@ -68,11 +96,31 @@ class Reader:
         self._cursor.execute(*read.sql_and_args(self._dialect, params))
         return self._cursor.fetchall()
 
+    def step(self, step: First | All) -> Any:
+        if isinstance(step, First):
+            return self.first(step.read, step.params)
+        return self.all(step.read, step.params)
+
+
+def run_plan(db: Database, plan: Plan[T]) -> T:
+    """Run ``plan`` here, on this thread's reader. A plan that needs no read (a refusal) takes no connection."""
+    try:
+        step = next(plan)
+    except StopIteration as done:
+        return done.value
+    with reader(db) as read:
+        while True:
+            try:
+                step = plan.send(read.step(step))
+            except StopIteration as done:
+                return done.value
+
 
 def reads_are_local(db: Database) -> bool:
     """Whether a read may run on the event loop. SQLite: a read takes microseconds from the OS page cache and,
     in WAL mode, never waits for a writer (writers append to the log; readers keep their snapshot), which is less
-    than a hop to a thread costs. PostgreSQL is a socket away: its reads go to a thread."""
+    than a hop to a thread costs. PostgreSQL is a socket away: the loop must not wait on it, so its plans run on
+    asyncio connections (``store.async_reads``)."""
     return db.is_sqlite
 
 
@@ -87,7 +135,7 @@ def reader(db: Database) -> Iterator[Reader]:
     try:
         conn = engine.raw_connection()
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+        raise database_error(exc, is_sqlite=False) from exc
     driver = conn.dbapi_connection
     try:
         driver.autocommit = True
@@ -97,9 +145,13 @@ def reader(db: Database) -> Iterator[Reader]:
         finally:
             cursor.close()
     except engine.dialect.loaded_dbapi.Error as exc:
+        message = f"database error: {exc.__class__.__name__}: {exc}"
         if engine.dialect.is_disconnect(exc, driver, None):
             conn.invalidate(exc)
-        raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
+            raise StoreUnavailable(message) from exc
+        if isinstance(exc, engine.dialect.loaded_dbapi.OperationalError):
+            raise StoreUnavailable(message) from exc
+        raise StoreError(message) from exc
     finally:
         if conn.dbapi_connection is not None:
             try:

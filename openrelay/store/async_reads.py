@@ -1,0 +1,96 @@
+"""PostgreSQL reads on the API's event loop.
+
+A poll on PostgreSQL is one round trip over a socket; with a synchronous driver it has to leave the event loop for
+a thread, and the hop there and back costs more than the query. Here the same plans that ``run_plan`` runs on a
+thread (``store.compiled``) run on psycopg's asyncio connections, from a small pool of their own
+(``psycopg_pool``), so a poll never leaves the loop and ten polls in flight wait on the server together.
+
+The pool's connections are in autocommit mode: each read is one SELECT, which sees one snapshot without a
+transaction, as on the thread's side. A connection the server dropped (a restart, a failover) is found broken by
+the statement and thrown away by the pool; the plan, which only reads, is run again on the next connection, so a
+PostgreSQL restart costs the first poll after it nothing. While the server cannot be reached, a read answers
+``StoreUnavailable`` (503) after at most ``connect_seconds``, never hangs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from sqlalchemy.engine import Dialect
+
+from ..errors import StoreError, StoreUnavailable
+from .compiled import First, Plan
+from .db import Database
+
+__all__ = ["AsyncReads"]
+
+T = TypeVar("T")
+log = logging.getLogger("openrelay.store")
+
+
+class AsyncReads:
+    """Plans run on the event loop against PostgreSQL. Open lazily on first use (it needs the running loop);
+    ``close`` at shutdown."""
+
+    def __init__(self, db: Database, *, max_size: int = 4, connect_seconds: float = 2.0) -> None:
+        if db.is_sqlite:
+            raise ValueError("AsyncReads is for PostgreSQL; SQLite reads are local (reads_are_local)")
+        url = db.engine.url.set(drivername="postgresql")
+        self._dialect: Dialect = db.engine.dialect
+        self._max_size = max_size
+        self._pool = AsyncConnectionPool(
+            url.render_as_string(hide_password=False), min_size=1, max_size=max_size, open=False,
+            timeout=connect_seconds, kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_seconds))},
+            name="openrelay-reads")
+        self._opened = False
+
+    async def run(self, make_plan: Callable[[], Plan[T]]) -> T:
+        """The answer of the plan ``make_plan()`` makes, as ``run_plan`` would give it. ``make_plan`` is called
+        again, for a fresh plan, each time a pooled connection turns out to be lost (at most once per
+        connection the pool holds, then once on a new one)."""
+        lost = 0
+        while True:
+            plan = make_plan()
+            try:
+                step = next(plan)
+            except StopIteration as done:
+                return done.value
+            if not self._opened:
+                await self._pool.open(wait=False)
+                self._opened = True
+            try:
+                return await self._run(plan, step)
+            except psycopg.OperationalError as exc:
+                lost += 1
+                if exc.sqlstate is not None or lost > self._max_size:  # the server answered (a cancel...)
+                    raise StoreUnavailable(_message(exc)) from exc
+                # A connection the server dropped (a restart): the pool throws it away; nothing was written, so
+                # the plan is read again on the next one.
+                log.info("a pooled read connection was lost (%s); reading again", exc)
+            except PoolTimeout as exc:  # no connection could be made in time: the server is away
+                raise StoreUnavailable(_message(exc)) from exc
+            except psycopg.Error as exc:
+                raise StoreError(_message(exc)) from exc
+
+    async def _run(self, plan: Plan[T], step: First | Any) -> T:
+        async with self._pool.connection() as conn:
+            cursor = conn.cursor()
+            while True:
+                await cursor.execute(*step.read.sql_and_args(self._dialect, step.params))
+                rows = await (cursor.fetchone() if isinstance(step, First) else cursor.fetchall())
+                try:
+                    step = plan.send(rows)
+                except StopIteration as done:
+                    return done.value
+
+    async def close(self) -> None:
+        if self._opened:
+            await self._pool.close()
+
+
+def _message(exc: BaseException) -> str:
+    return f"database error: {exc.__class__.__name__}: {exc}"
