@@ -1,14 +1,16 @@
 """Benchmark for issue 13 part 7: records/s with 1 and with 3 `orl worker` processes, in one run.
 
     .venv/bin/python bench/bench_workers.py [--delay 0.2] [--slots 6] [--concurrency 8] [--batches 12]
-                                            [--records 100] [--workers 1,3] [--sqlite]
+                                            [--records 100] [--workers 1,3] [--max-batches N] [--sqlite]
 
 Each case is a deployment of its own, as on many machines: a fresh PostgreSQL database on the test server
 (``OPENRELAY_TEST_PG``, dropped afterwards; ``--sqlite``: a shared SQLite file), one SeaweedFS bucket (a server
 this script starts), `orl serve --no-worker` and N `orl worker` processes, each with its own data directory. The
 test engine answers every request after ``--delay`` seconds (latency-bound, as a GPU engine under load is). The
 batches are created while the workers run; the figure is every record of every batch completed, divided by the
-time from the first create to the last batch terminal. Prints one JSON line per case and the ratio.
+time from the first create to the last batch terminal. Prints one JSON line per case and the ratio. Without
+``--max-batches`` one worker may hold every slot of the model, so more workers cannot add engine throughput; with
+``--max-batches 2`` and 6 slots, one worker runs 2 batches at once and three run 6.
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ def run_case(args: argparse.Namespace, workers: int, engine_url: str, weed, buck
         for i in range(workers):
             (root / f"w{i}").mkdir()
             log = open(root / f"w{i}.log", "wb")  # noqa: SIM115 - the child writes to it until the case ends
+            cap = ["--max-batches", str(args.max_batches)] if args.max_batches else []
             procs.append(subprocess.Popen([ORL, "worker", "--data-dir", str(root / f"w{i}"), "--database-url", url,
-                                           "--catalog", str(catalog)], stdout=log, stderr=subprocess.STDOUT,
+                                           "--catalog", str(catalog), *cap], stdout=log, stderr=subprocess.STDOUT,
                                           env={**os.environ, **env}))
         for i in range(workers):
             deadline = time.monotonic() + 60
@@ -107,6 +110,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--records", type=int, default=100)
     parser.add_argument("--workers", default="1,3", help="comma-separated worker counts, one case each")
+    parser.add_argument("--max-batches", type=int, default=None,
+                        help="each worker's cap (orl worker --max-batches); default: none, one worker may hold "
+                             "every slot")
     parser.add_argument("--sqlite", action="store_true", help="a shared SQLite file instead of PostgreSQL")
     args = parser.parse_args()
     engine_proc, engine_url = start_test_engine("--no-record")
@@ -119,7 +125,7 @@ def main() -> None:
         for count in (int(n) for n in args.workers.split(",")):
             results.append(run_case(args, count, engine_url, weed, bucket))
             print(orjson.dumps(results[-1]).decode(), flush=True)
-        ceiling = args.slots * args.concurrency / args.delay
+        ceiling = args.slots * args.concurrency / args.delay  # the fleet's, whatever the cap
         print(orjson.dumps({"ceiling_records_per_second": round(ceiling, 1),
                             "ratio_last_to_first": round(results[-1]["records_per_second"]
                                                          / results[0]["records_per_second"], 2)}).decode())

@@ -52,6 +52,7 @@ class Settings:
     run_retry_base_seconds: float = 2.0  # wait after the first failed run; doubles each time, capped below
     run_retry_max_seconds: float = 300.0
     drain_seconds: float = 30.0  # a stopping worker waits this long for its calls in flight before cancelling them
+    max_batches: int | None = None  # batches one worker process runs at once (None: as many as the slots allow)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics needs it when set (not logged)
 
     @classmethod
@@ -94,6 +95,7 @@ class Settings:
             run_retry_base_seconds=_env_float("OPENRELAY_RUN_RETRY_BASE_SECONDS", 2.0),
             run_retry_max_seconds=_env_float("OPENRELAY_RUN_RETRY_MAX_SECONDS", 300.0),
             drain_seconds=_env_float("OPENRELAY_DRAIN_SECONDS", 30.0),
+            max_batches=_env_int("OPENRELAY_WORKER_MAX_BATCHES", 0) or None,
         )
 
     @property

@@ -17,12 +17,12 @@ from tests.support.server import ORL, Server
 
 
 class WorkerProcess:
-    def __init__(self, server: Server, name: str) -> None:
+    def __init__(self, server: Server, name: str, args: tuple[str, ...] = ()) -> None:
         self.log_path = server.data_dir / f"worker-{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [ORL, "worker", "--data-dir", str(server.data_dir), "--database-url", server.database_url,
-             "--catalog", str(server.data_dir / "catalog.toml")],
+             "--catalog", str(server.data_dir / "catalog.toml"), *args],
             stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **server.env})
         wait_for(lambda: "serving test/echo" in self.log(), f"worker {name} to start", timeout=60, every=0.1)
 
@@ -43,8 +43,8 @@ class WorkerProcess:
 def workers():
     started: list[WorkerProcess] = []
 
-    def start(server: Server, count: int) -> list[WorkerProcess]:
-        new = [WorkerProcess(server, f"{len(started) + i}") for i in range(count)]
+    def start(server: Server, count: int, args: tuple[str, ...] = ()) -> list[WorkerProcess]:
+        new = [WorkerProcess(server, f"{len(started) + i}", args) for i in range(count)]
         started.extend(new)
         return new
 
@@ -59,6 +59,24 @@ def _api_only(make_server, **kwargs) -> Server:
 
 def _sent(engine) -> Counter[str]:
     return Counter(r["body"]["messages"][0]["content"] for r in engine.requests())
+
+
+def test_max_batches_caps_each_worker_so_a_fleet_shares_the_slots(make_server, engine, workers):
+    server = _api_only(make_server, slots=3, concurrency=2)
+    first, second = workers(server, 2, ("--max-batches", "1"))
+    ids = [create(server, [chat(f"b{b}-{i}", f"batch {b} record {i} #hold=capped") for i in range(4)])["id"]
+           for b in range(3)]
+    engine.wait_held("capped", 4)  # two batches, one per worker, two calls each: the model's third slot is free
+    time.sleep(1)  # more claim ticks: neither capped worker may take the third batch (the pass does not depend on it)
+    assert engine.held("capped") == 4
+    assert sum(get(server, i)["in_progress_at"] is not None for i in ids) == 2
+    running = [i for i in ids if get(server, i)["in_progress_at"] is not None]
+    assert [first.took(i) for i in running].count(True) == 1 and [second.took(i) for i in running].count(True) == 1
+    engine.release("capped")
+    for batch_id in ids:
+        done = server.wait(batch_id, timeout=180)
+        assert done["status"] == "completed" and done["request_counts"]["completed"] == 4
+    assert engine.stats()["max_in_flight"] == 4
 
 
 def test_three_workers_keep_slots_and_concurrency_in_sum_and_run_each_record_once(make_server, engine, workers):

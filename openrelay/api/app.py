@@ -23,6 +23,7 @@ from ..metrics import register_queue_depths
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
+from ..service import webhooks as webhook_service
 from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
 from ..store.async_reads import AsyncReads
@@ -32,6 +33,7 @@ from ..web.routes import mount_dashboard
 from .guard import RenderUnexpectedErrors
 from .limits import BodyLimits
 from .openapi import document_bytes
+from .ranges import content_range, range_start
 from .uploads import receive_upload
 
 __all__ = ["create_app"]
@@ -172,9 +174,21 @@ def create_app(rt: Runtime) -> FastAPI:
 
     @app.get("/v1/files/{file_id}/content")
     async def file_content(request: Request, file_id: str) -> Response:
-        record, chunks = await as_reader(request, file_service.file_content, file_id)
-        return StreamingResponse(chunks, media_type="application/octet-stream",
-                                 headers={"content-length": str(record.bytes)})
+        start = range_start(request.headers.get("range"))  # bytes=N-: what a follower has not read yet
+        record, chunks = await as_reader(request, file_service.file_content, file_id, start or 0)
+        if start is None:
+            return StreamingResponse(chunks, media_type="application/octet-stream",
+                                     headers={"content-length": str(record.bytes)})
+        if start >= record.bytes:
+            refused = OpenRelayError(f"the file has {record.bytes} bytes; nothing starts at {start}",
+                                     code="range_not_satisfiable")
+            refused.status, refused.type = 416, "invalid_request_error"
+            response = render_error(refused)
+            response.headers["content-range"] = content_range(start, record.bytes)
+            return response
+        return StreamingResponse(chunks, status_code=206, media_type="application/octet-stream",
+                                 headers={"content-length": str(record.bytes - start),
+                                          "content-range": content_range(start, record.bytes)})
 
     @app.delete("/v1/files/{file_id}")
     async def delete_file(request: Request, file_id: str) -> Response:
@@ -216,6 +230,24 @@ def create_app(rt: Runtime) -> FastAPI:
         key = await caller(request)
         raw = await request.body()
         return _json((await run_in_threadpool(batch_service.replace_metadata, rt, key, batch_id, raw)).as_api())
+
+    # -- webhooks (service/webhooks.py) ----------------------------------------------------------------------------
+
+    @app.post("/v1/webhooks")
+    async def create_webhook(request: Request) -> Response:
+        key = await caller(request)
+        raw = await request.body()
+        return _json(await run_in_threadpool(webhook_service.create_webhook, rt, key, raw))
+
+    @app.get("/v1/webhooks")
+    async def list_webhooks(request: Request) -> Response:
+        key = await caller(request)
+        return _json(await run_in_threadpool(webhook_service.list_webhooks, rt, key))
+
+    @app.delete("/v1/webhooks/{webhook_id}")
+    async def delete_webhook(request: Request, webhook_id: str) -> Response:
+        key = await caller(request)
+        return _json(await run_in_threadpool(webhook_service.delete_webhook, rt, key, webhook_id))
 
     mount_dashboard(app, rt)  # the dashboard's pages (openrelay/web): HTML, outside the OpenAPI document
     return app

@@ -150,6 +150,27 @@ class ApiClient:
                 sink.write(chunk)
         sink.flush()
 
+    def download_from(self, path: str, offset: int, sink: BinaryIO) -> int:
+        """Stream the bytes of a GET answer from ``offset`` on (``Range: bytes=N-``) into ``sink``; returns how
+        many were written. Nothing past the end (416) and no such file (404) are 0."""
+        headers = {"Range": f"bytes={offset}-"}
+        with self.http.stream("GET", path.lstrip("/"), headers=headers) as resp:
+            if resp.status_code in (404, 416):
+                resp.read()
+                return 0
+            if not resp.is_success:
+                resp.read()
+                raise _error_from(resp)
+            skip = offset if resp.status_code == 200 else 0  # a server that ignores Range sends it all
+            written = 0
+            for chunk in resp.iter_bytes():
+                if skip:
+                    chunk, skip = chunk[skip:], max(0, skip - len(chunk))
+                sink.write(chunk)
+                written += len(chunk)
+        sink.flush()
+        return written
+
     def download_to(self, path: str, target: str) -> None:
         """Download to a file, or to stdout when ``target`` is ``-``."""
         if target == "-":

@@ -42,6 +42,10 @@ MaxUploadBytes = Annotated[int | None, typer.Option(min=1, help="File of POST /v
                                                     "file_too_large (default 200000000).")]
 HeaderTimeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds from a request's first byte to the "
                                                      "end of its headers; over it: 408 (default 10).")]
+MaxBatches = Annotated[int | None, typer.Option(min=1, help="Batches this process's worker runs at once, so that "
+                                                "a fleet of workers shares the catalog's slots (default: "
+                                                "OPENRELAY_WORKER_MAX_BATCHES, else as many as the slots "
+                                                "allow).")]
 BodyTimeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds a body being read may send nothing; "
                                                    "over it: 408 (default 30).")]
 
@@ -66,6 +70,7 @@ def serve(
     header_timeout: HeaderTimeout = None,
     body_timeout: BodyTimeout = None,
     blob_url: BlobUrl = None,
+    max_batches: MaxBatches = None,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
     import dataclasses
@@ -77,7 +82,8 @@ def serve(
                               window_seconds=window_seconds, metrics_token=metrics_token, blob_url=blob_url)
     limits = {"max_header_bytes": max_header_bytes, "max_create_body_bytes": max_create_bytes,
               "max_json_body_bytes": max_json_bytes, "max_upload_bytes": max_upload_bytes,
-              "header_timeout_seconds": header_timeout, "body_idle_timeout_seconds": body_timeout}
+              "header_timeout_seconds": header_timeout, "body_idle_timeout_seconds": body_timeout,
+              "max_batches": max_batches}
     settings = dataclasses.replace(settings, **{k: v for k, v in limits.items() if v is not None})
     with _refusing_bad_catalogs():
         run_server(settings, host=host, port=port, with_worker=with_worker)
@@ -90,13 +96,18 @@ def worker(
     database_url: DatabaseUrl = None,
     window_seconds: Window = 86_400,
     blob_url: BlobUrl = None,
+    max_batches: MaxBatches = None,
 ) -> None:
     """Run a worker only: claims and runs batches from the shared store."""
+    import dataclasses
+
     from ..config import Settings
     from ..server import run_worker
 
     settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
                               window_seconds=window_seconds, blob_url=blob_url)
+    if max_batches is not None:
+        settings = dataclasses.replace(settings, max_batches=max_batches)
     with _refusing_bad_catalogs():
         run_worker(settings)
 

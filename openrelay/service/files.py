@@ -11,6 +11,7 @@ from ..runtime import Runtime
 from ..types import ApiKey, FileRecord, Scope
 from .auth import require
 from .pages import list_page
+from .partial_results import PartialFile, parse_result_file_id, partial_file, read_partial
 
 __all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "PURPOSES"]
 
@@ -69,14 +70,29 @@ def list_files(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, purpo
 
 
 def get_file(rt: Runtime, key: ApiKey, file_id: str) -> FileRecord:
+    """A file; a result file of a batch still running is a ``PartialFile`` (service/partial_results.py)."""
     require(key, Scope.FILES_READ)
+    if parse_result_file_id(file_id) is not None:
+        return partial_file(rt, key.org_id, file_id)
     return rt.files.get(key.org_id, file_id)
 
 
-def file_content(rt: Runtime, key: ApiKey, file_id: str) -> tuple[FileRecord, Iterator[bytes]]:
+def file_content(rt: Runtime, key: ApiKey, file_id: str, start: int = 0) -> tuple[FileRecord, Iterator[bytes]]:
+    """The file and its bytes from offset ``start`` (``0 <= start < bytes``, or 0)."""
     record = get_file(rt, key, file_id)
+    if isinstance(record, PartialFile):
+        return record, read_partial(rt.blobs, record, start)
     rt.blobs.size(record.blob_key)  # a missing blob fails here, before a response has started
+    if start:
+        return record, _bytes_from(rt, record.blob_key, start)
     return record, rt.blobs.iter_bytes(record.blob_key)
+
+
+def _bytes_from(rt: Runtime, blob_key: str, start: int) -> Iterator[bytes]:
+    with rt.blobs.open(blob_key) as handle:
+        handle.seek(start)
+        while piece := handle.read(1 << 16):
+            yield piece
 
 
 def delete_file(rt: Runtime, key: ApiKey, file_id: str) -> dict:

@@ -33,6 +33,7 @@ class Worker:
         self.capacity = sum(self.slots.values()) + 4  # room to settle cancelled/expired batches meanwhile
         self._gates: dict[str, EngineGate] = {}
         self._active: dict[str, asyncio.Task[None]] = {}
+        self._runs: set[str] = set()  # of those, the batches being run (not settled): max_batches counts them
         self._stop = asyncio.Event()
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
 
@@ -57,15 +58,23 @@ class Worker:
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.rt.batches.promote_validated)
+        max_batches = self.rt.settings.max_batches
         while len(self._active) < self.capacity and self.slots:
+            runs = max_batches is None or len(self._runs) < max_batches
             batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
-                                            self.rt.settings.lease_seconds, frozenset(self._active))
+                                            self.rt.settings.lease_seconds, frozenset(self._active), runs=runs)
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
             task = asyncio.create_task(self._handle(batch))
             self._active[batch.id] = task
-            task.add_done_callback(lambda _t, bid=batch.id: self._active.pop(bid, None))
+            if batch.status is BatchStatus.IN_PROGRESS:
+                self._runs.add(batch.id)
+            task.add_done_callback(lambda _t, bid=batch.id: self._done(bid))
+
+    def _done(self, batch_id: str) -> None:
+        self._active.pop(batch_id, None)
+        self._runs.discard(batch_id)
 
     async def _handle(self, batch: Batch) -> None:
         try:

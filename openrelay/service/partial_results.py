@@ -1,0 +1,136 @@
+"""A batch's result files before it ends: ``file-<batch id>-output`` and ``file-<batch id>-error`` read while it
+runs, from the chunks its workers made durable so far (the blobs the dashboard's record browser reads too).
+
+The promise is a prefix: every later read of a result file begins with the bytes of every earlier one, and the
+file the batch ends with begins with them too. It holds because
+
+- a file's content is the concatenation of its kind's chunks (``out`` or ``err``) in ``seq`` order, and the
+  composed file at the end is that same concatenation (the error file then adds its tail: the create's
+  rejections and the records that never ran, ``worker/finalize.py``);
+- chunks are committed one after another in ``seq`` order (one writer per run, fenced by the lease; a resumed run
+  continues after the last committed seq), and a chunk's blob never changes once its row is committed. So one
+  read of the chunk rows sees a prefix of the chunks the batch will ever have.
+
+A read is a snapshot: the chunk rows and their sizes taken once, so the file object's ``bytes`` and the
+content's length agree. When the batch ends in the middle of a read, its chunk blobs are deleted once the
+composed files exist; the rest of the snapshot is then read from the composed file at the same offset.
+
+The file object of a partial file is an OpenAI file object with ``"status": "partial"`` (OpenAI's final one is
+``"processed"``) and ``"openrelay": {"partial": true, "lines": N}``. It is in no list of files and cannot be
+deleted; once the batch ends, its row is the file's (or the id answers 404 when the batch had no such lines).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..blobs.base import BlobMissing, BlobStore
+from ..blobs.keys import error_key, output_key
+from ..errors import NotFound
+from ..runtime import Runtime
+from ..types import Batch, FileRecord
+
+__all__ = ["PartialFile", "ResultFileId", "parse_result_file_id", "partial_file", "read_partial"]
+
+_RESULT_FILE_ID = re.compile(r"file-(batch_[0-9a-f]{12})-(output|error)")
+_READ_SIZE = 1 << 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultFileId:
+    batch_id: str
+    kind: str  # "output" or "error"
+
+
+def parse_result_file_id(file_id: str) -> ResultFileId | None:
+    """The batch and kind a result file id names (``file-<batch id>-output|error``), else None."""
+    found = _RESULT_FILE_ID.fullmatch(file_id)
+    return ResultFileId(batch_id=found[1], kind=found[2]) if found else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartialFile(FileRecord):
+    """A result file of a batch still running: ``segments`` are (chunk blob key, size) in file order, ``bytes``
+    their sum; ``final_key`` is the blob the composed file will be (its bytes begin with these)."""
+
+    segments: tuple[tuple[str, int], ...]
+    final_key: str
+    lines: int
+
+    def as_api(self) -> dict[str, Any]:
+        shown = super().as_api()
+        shown["status"] = "partial"
+        shown["openrelay"] = {"partial": True, "lines": self.lines}
+        return shown
+
+
+def partial_file(rt: Runtime, org_id: str, file_id: str) -> FileRecord:
+    """The result file ``file_id`` as it stands: its row once the batch has ended, else a ``PartialFile``
+    snapshot. 404 (as for any unknown file) when the id names no batch of the organization, or an ended batch
+    without such a file."""
+    wanted = parse_result_file_id(file_id)
+    if wanted is None:
+        raise NotFound(f"No such File object: {file_id}", param="file_id")
+    try:
+        return rt.files.get(org_id, file_id)
+    except NotFound:
+        pass
+    try:
+        batch = rt.batches.get(org_id, wanted.batch_id)
+    except NotFound:
+        raise NotFound(f"No such File object: {file_id}", param="file_id") from None
+    if not batch.terminal:
+        try:
+            return _snapshot(rt, batch, file_id, wanted.kind)
+        except BlobMissing:
+            pass  # it ended while its chunks were measured: they were composed, then deleted
+    return rt.files.get(org_id, file_id)  # it ended after the first look: its row, if it has one, is there now
+
+
+def _snapshot(rt: Runtime, batch: Batch, file_id: str, kind: str) -> PartialFile:
+    chunks = rt.results.chunks(batch.id)
+    if kind == "output":
+        keys = [c.out_key for c in chunks if c.out_key]
+        lines = sum(c.completed for c in chunks)
+    else:
+        keys = [c.err_key for c in chunks if c.err_key]
+        lines = sum(c.failed for c in chunks)
+    segments = tuple((key, rt.blobs.size(key)) for key in keys)
+    return PartialFile(id=file_id, org_id=batch.org_id, purpose="batch_output",
+                       filename=f"{batch.id}_{kind}.jsonl", bytes=sum(size for _, size in segments),
+                       created_at=batch.created_at, blob_key="", segments=segments,
+                       final_key=output_key(batch.id) if kind == "output" else error_key(batch.id), lines=lines)
+
+
+def read_partial(blobs: BlobStore, snapshot: PartialFile, start: int = 0) -> Iterator[bytes]:
+    """The snapshot's bytes from offset ``start``, exactly ``snapshot.bytes - start`` of them."""
+    at = start  # the file offset of the next byte to give
+    position = 0  # the file offset where the current segment begins
+    for key, size in snapshot.segments:
+        if at >= position + size:
+            position += size
+            continue
+        try:
+            for piece in _read_range(blobs, key, at - position, position + size - at):
+                yield piece
+                at += len(piece)
+        except BlobMissing:
+            break  # the batch ended meanwhile: the composed file holds the same bytes at the same offsets
+        position += size
+    if at < snapshot.bytes:
+        yield from _read_range(blobs, snapshot.final_key, at, snapshot.bytes - at)
+
+
+def _read_range(blobs: BlobStore, key: str, offset: int, length: int) -> Iterator[bytes]:
+    with blobs.open(key) as handle:
+        if offset:
+            handle.seek(offset)
+        while length > 0:
+            piece = handle.read(min(_READ_SIZE, length))
+            if not piece:
+                raise BlobMissing(f"blob {key!r} ended {length} bytes early")
+            length -= len(piece)
+            yield piece
