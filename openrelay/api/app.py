@@ -23,7 +23,6 @@ from ..metrics import register_queue_depths
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
-from ..service import webhooks as webhook_service
 from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
 from ..store.async_reads import AsyncReads
@@ -230,24 +229,6 @@ def create_app(rt: Runtime) -> FastAPI:
         key = await caller(request)
         raw = await request.body()
         return _json((await run_in_threadpool(batch_service.replace_metadata, rt, key, batch_id, raw)).as_api())
-
-    # -- webhooks (service/webhooks.py) ----------------------------------------------------------------------------
-
-    @app.post("/v1/webhooks")
-    async def create_webhook(request: Request) -> Response:
-        key = await caller(request)
-        raw = await request.body()
-        return _json(await run_in_threadpool(webhook_service.create_webhook, rt, key, raw))
-
-    @app.get("/v1/webhooks")
-    async def list_webhooks(request: Request) -> Response:
-        key = await caller(request)
-        return _json(await run_in_threadpool(webhook_service.list_webhooks, rt, key))
-
-    @app.delete("/v1/webhooks/{webhook_id}")
-    async def delete_webhook(request: Request, webhook_id: str) -> Response:
-        key = await caller(request)
-        return _json(await run_in_threadpool(webhook_service.delete_webhook, rt, key, webhook_id))
 
     mount_dashboard(app, rt)  # the dashboard's pages (openrelay/web): HTML, outside the OpenAPI document
     return app
