@@ -23,6 +23,7 @@ from ..metrics import register_queue_depths
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
+from ..service import retry as retry_service
 from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
 from ..store.async_reads import AsyncReads
@@ -229,6 +230,14 @@ def create_app(rt: Runtime) -> FastAPI:
         key = await caller(request)
         raw = await request.body()
         return _json((await run_in_threadpool(batch_service.replace_metadata, rt, key, batch_id, raw)).as_api())
+
+    @app.post("/v1/batches/{batch_id}/retry")
+    async def retry_batch(request: Request, batch_id: str) -> Response:
+        key = await caller(request)
+        raw = await request.body()
+        answer = await run_in_threadpool(retry_service.retry_batch, rt, key, batch_id, raw,
+                                         request.headers.get("idempotency-key"))
+        return Response(answer, media_type="application/json")
 
     mount_dashboard(app, rt)  # the dashboard's pages (openrelay/web): HTML, outside the OpenAPI document
     return app
