@@ -66,6 +66,7 @@ class Catalog:
     pricing: dict[str, Decimal]
     tools_allow: tuple[str, ...] = field(default_factory=tuple)
     tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    webhooks_allow: tuple[str, ...] = field(default_factory=tuple)  # webhook URLs that may reach private addresses
 
     def names(self) -> list[str]:
         return sorted(self.models)
@@ -88,18 +89,29 @@ class Catalog:
         with a shape servers read in more than one way (an encoded slash, backslashes, spaces, controls,
         non-ASCII), is allowed by no entry. Connecting to the URL returned is what makes the check hold: the
         server is asked for exactly the path that was compared."""
-        try:
-            target = normalized_http_url(url)
-        except UrlRefused:
-            return None
-        allowed = any(entry is not None and entry.covers(target) for entry in map(_allow_entry, self.tools_allow))
-        return target.url if allowed else None
+        return _covered(url, self.tools_allow)
+
+    def webhook_private_allowed(self, url: str) -> bool:
+        """Whether a webhook endpoint at ``url`` may be delivered to a loopback or private address: an entry of
+        ``[webhooks] allow`` covers it, matched as ``[tools] allow`` is (``allowed_tool_url``). Link-local and
+        metadata addresses are refused whatever it says (``webhooks/network.py``)."""
+        return _covered(url, self.webhooks_allow) is not None
 
     def as_api(self) -> dict[str, Any]:
         return {"object": "list", "data": [
             {"id": m.name, "object": "model", "endpoints": list(m.endpoints), "owned_by": "openrelay"}
             for m in sorted(self.models.values(), key=lambda m: m.name)
         ]}
+
+
+def _covered(url: str, entries: tuple[str, ...]) -> str | None:
+    """``url`` normalized when an entry covers it, else None."""
+    try:
+        target = normalized_http_url(url)
+    except UrlRefused:
+        return None
+    allowed = any(entry is not None and entry.covers(target) for entry in map(_allow_entry, entries))
+    return target.url if allowed else None
 
 
 def _allow_entry(entry: str) -> HttpUrl | None:
@@ -149,15 +161,24 @@ def parse_catalog(text: str) -> Catalog:
     if len(set(names)) != len(names):
         raise CatalogError(f"catalog: a model name appears twice: {sorted(n for n in names if names.count(n) > 1)[0]}")
     tools = raw.get("tools") or {}
-    for entry in tools.get("allow", ()):
+    webhooks = raw.get("webhooks") or {}
+    return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=_allow_list(tools, "tools"),
+                   tool_limits=_tool_limits(tools), webhooks_allow=_allow_list(webhooks, "webhooks"))
+
+
+def _allow_list(section: dict[str, Any], name: str) -> tuple[str, ...]:
+    """``[tools] allow`` or ``[webhooks] allow``: http(s) URLs that ``openrelay.urls`` can normalize."""
+    entries = section.get("allow", ())
+    if not isinstance(entries, list | tuple):
+        raise CatalogError(f"catalog: [{name}] allow must be a list of http(s) URLs")
+    for entry in entries:
         if not isinstance(entry, str):
-            raise CatalogError(f"catalog: [tools] allow entry {entry!r} is not an http(s) URL without userinfo")
+            raise CatalogError(f"catalog: [{name}] allow entry {entry!r} is not an http(s) URL without userinfo")
         try:
             normalized_http_url(entry)
         except UrlRefused as exc:
-            raise CatalogError(f"catalog: [tools] allow entry {entry!r} {exc}") from None
-    return Catalog(models={m.name: m for m in models}, pricing=pricing, tools_allow=tuple(tools.get("allow", ())),
-                   tool_limits=_tool_limits(tools))
+            raise CatalogError(f"catalog: [{name}] allow entry {entry!r} {exc}") from None
+    return tuple(entries)
 
 
 def _tool_limits(tools: dict[str, Any]) -> ToolLimits:

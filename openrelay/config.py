@@ -52,6 +52,13 @@ class Settings:
     run_retry_base_seconds: float = 2.0  # wait after the first failed run; doubles each time, capped below
     run_retry_max_seconds: float = 300.0
     drain_seconds: float = 30.0  # a stopping worker waits this long for its calls in flight before cancelling them
+    # Webhook deliveries (openrelay/webhooks): the wait after a failed attempt starts at the base and doubles,
+    # capped; an event is given up this long after it was written; one attempt may take this long.
+    webhook_retry_base_seconds: float = 5.0
+    webhook_retry_max_seconds: float = 3600.0
+    webhook_give_up_seconds: float = 86_400.0
+    webhook_timeout_seconds: float = 10.0
+    webhook_poll_seconds: float = 1.0  # how often a worker's delivery loop looks for due deliveries
     max_batches: int | None = None  # batches one worker process runs at once (None: as many as the slots allow)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics needs it when set (not logged)
 
@@ -95,6 +102,11 @@ class Settings:
             run_retry_base_seconds=_env_float("OPENRELAY_RUN_RETRY_BASE_SECONDS", 2.0),
             run_retry_max_seconds=_env_float("OPENRELAY_RUN_RETRY_MAX_SECONDS", 300.0),
             drain_seconds=_env_float("OPENRELAY_DRAIN_SECONDS", 30.0),
+            webhook_retry_base_seconds=_env_float("OPENRELAY_WEBHOOK_RETRY_BASE_SECONDS", 5.0),
+            webhook_retry_max_seconds=_env_float("OPENRELAY_WEBHOOK_RETRY_MAX_SECONDS", 3600.0),
+            webhook_give_up_seconds=_env_float("OPENRELAY_WEBHOOK_GIVE_UP_SECONDS", 86_400.0),
+            webhook_timeout_seconds=_env_float("OPENRELAY_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+            webhook_poll_seconds=_env_float("OPENRELAY_WEBHOOK_POLL_SECONDS", 1.0),
             max_batches=_env_int("OPENRELAY_WORKER_MAX_BATCHES", 0) or None,
         )
 

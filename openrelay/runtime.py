@@ -21,6 +21,7 @@ from .store.files import Files
 from .store.idempotency import IdempotencyKeys
 from .store.results import Results
 from .store.sessions import Sessions
+from .store.webhooks import WebhookStore
 
 __all__ = ["Runtime", "open_runtime", "open_store", "open_blob_store", "check_blob_url"]
 
@@ -35,6 +36,7 @@ class Runtime:
     idempotency: IdempotencyKeys
     results: Results
     sessions: Sessions
+    webhooks: WebhookStore
     blobs: BlobStore
     catalog: Catalog
 
@@ -104,6 +106,7 @@ def open_runtime(settings: Settings) -> Runtime:
                                     claim_seconds=settings.idempotency_claim_seconds),
         results=Results(db),
         sessions=Sessions(db),
+        webhooks=WebhookStore(db),
         blobs=blobs,
         catalog=catalog,
     )

@@ -24,6 +24,7 @@ from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
 from ..service import retry as retry_service
+from ..service import webhooks as webhook_service
 from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
 from ..store.async_reads import AsyncReads
@@ -238,6 +239,24 @@ def create_app(rt: Runtime) -> FastAPI:
         answer = await run_in_threadpool(retry_service.retry_batch, rt, key, batch_id, raw,
                                          request.headers.get("idempotency-key"))
         return Response(answer, media_type="application/json")
+
+    # -- webhooks (service/webhooks.py) ----------------------------------------------------------------------------
+
+    @app.post("/v1/webhooks")
+    async def create_webhook(request: Request) -> Response:
+        key = await caller(request)
+        raw = await request.body()
+        return _json(await run_in_threadpool(webhook_service.create_webhook, rt, key, raw))
+
+    @app.get("/v1/webhooks")
+    async def list_webhooks(request: Request) -> Response:
+        key = await caller(request)
+        return _json(await run_in_threadpool(webhook_service.list_webhooks, rt, key))
+
+    @app.delete("/v1/webhooks/{webhook_id}")
+    async def delete_webhook(request: Request, webhook_id: str) -> Response:
+        key = await caller(request)
+        return _json(await run_in_threadpool(webhook_service.delete_webhook, rt, key, webhook_id))
 
     mount_dashboard(app, rt)  # the dashboard's pages (openrelay/web): HTML, outside the OpenAPI document
     return app

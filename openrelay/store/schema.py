@@ -177,3 +177,74 @@ web_sessions = Table(
     Column("expires_at", BigInteger, nullable=False),
     Index("ix_web_sessions_expires", "expires_at"),
 )
+
+# -- webhooks (store/webhooks.py, migration 0007) -----------------------------------------------------------------
+__all__ += ["webhook_endpoints", "webhook_events", "webhook_deliveries", "webhook_attempts"]
+
+# An organization's endpoints. ``secret`` (``whsec_`` + base64) signs every delivery, so it is kept as it is;
+# it is shown once, when the endpoint is made. A removed endpoint keeps its row for the delivery log.
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("url", String(2048), nullable=False),  # normalized (openrelay.urls): what is connected to
+    Column("secret", String(100), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("removed_at", BigInteger),
+    Index("ix_webhook_endpoints_org", "org_id", "created_ns"),
+)
+
+# The outbox: one event per batch that reached a terminal status, inserted in the transaction that wrote the
+# status (store/results.py), so an event exists exactly when its status does. ``payload`` is the body sent, byte
+# for byte, on every attempt. Test events (``orl admin webhook test``) name no batch.
+webhook_events = Table(
+    "webhook_events",
+    metadata,
+    Column("id", String(40), primary_key=True),  # evt_ + hex: the webhook-id header, the same on every attempt
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("type", String(40), nullable=False),
+    Column("batch_id", String(40), ForeignKey("batches.id")),
+    Column("created_at", BigInteger, nullable=False),
+    Column("payload", Text, nullable=False),
+    Index("ix_webhook_events_batch_type", "batch_id", "type", unique=True),
+)
+
+# One per event and endpoint (the organization's endpoints when the event was written). Times are the database's
+# clock. ``next_attempt_at`` is when it is due; a delivery loop that claims it pushes it past the attempt's
+# timeout, so one that dies mid-attempt leaves it due again (at least once).
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("event_id", String(40), ForeignKey("webhook_events.id"), nullable=False),
+    Column("endpoint_id", String(40), ForeignKey("webhook_endpoints.id"), nullable=False),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("state", String(20), nullable=False),  # pending | delivered | failed (gave up) | removed (endpoint)
+    Column("attempts", Integer, nullable=False),
+    Column("enqueued_at", Float, nullable=False),
+    Column("next_attempt_at", Float, nullable=False),
+    Column("claim_token", String(32)),  # the claim of the loop attempting it now; its result is fenced by it
+    Column("last_attempt_at", Float),
+    Column("delivered_at", Float),
+    PrimaryKeyConstraint("event_id", "endpoint_id"),
+    Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+)
+
+# The delivery log: every attempt, its answer or why there was none.
+webhook_attempts = Table(
+    "webhook_attempts",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("event_id", String(40), ForeignKey("webhook_events.id"), nullable=False),
+    Column("endpoint_id", String(40), ForeignKey("webhook_endpoints.id"), nullable=False),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("attempt", Integer, nullable=False),  # 1 for the first
+    Column("attempted_at", Float, nullable=False),
+    Column("outcome", String(20), nullable=False),  # delivered | failed | refused (network safety)
+    Column("status_code", Integer),
+    Column("error", Text),
+    Column("duration_ms", Integer, nullable=False),
+    Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
+    Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
+)

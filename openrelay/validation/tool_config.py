@@ -102,15 +102,23 @@ def _headers_problem(headers: Any) -> str | None:
 
 def blocked_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """Whether ``address`` is link-local or a metadata address, also when an IPv6 address carries it as an
-    IPv4 one: IPv4-mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::a.b.c.d``) or 6to4 (``2002:aabb:ccdd::``)."""
+    IPv4 one (``carried_address``)."""
+    address = carried_address(address)
+    return any(address in net for net in _BLOCKED_NETS)
+
+
+def carried_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+                    ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 one carries, IPv4-mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::a.b.c.d``) or
+    6to4 (``2002:aabb:ccdd::``), since that is where it leads; else ``address`` itself."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        elif address.sixtofour is not None:
-            address = address.sixtofour
-        elif address in _NAT64:
-            address = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
-    return any(address in net for net in _BLOCKED_NETS)
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return address
 
 
 def _blocked_host(host: str) -> bool:

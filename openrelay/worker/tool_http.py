@@ -25,27 +25,38 @@ import httpx2
 
 from ..validation.tool_config import blocked_address
 
-__all__ = ["BlockedAddress", "checked_client"]
+__all__ = ["BlockedAddress", "checked_client", "link_local_or_metadata"]
 
 
-def checked_client(headers: dict[str, str], timeout: httpx2.Timeout,
-                   url_allowed: Callable[[str], bool]) -> httpx2.AsyncClient:
-    """A client that sends only requests whose URL ``url_allowed`` accepts. No proxy from the environment
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def link_local_or_metadata(address: IpAddress) -> str | None:
+    """Why a tool server may not be reached at ``address``, or None: never a link-local or metadata one."""
+    return "a link-local or metadata address" if blocked_address(address) else None
+
+
+def checked_client(headers: dict[str, str], timeout: httpx2.Timeout, url_allowed: Callable[[str], bool],
+                   address_refused: Callable[[IpAddress], str | None] = link_local_or_metadata,
+                   ) -> httpx2.AsyncClient:
+    """A client that sends only requests whose URL ``url_allowed`` accepts, and connects only to addresses
+    ``address_refused`` finds nothing against (webhooks pass a stricter one). No proxy from the environment
     either: the address checked must be the one connected to."""
-    return httpx2.AsyncClient(headers=headers, timeout=timeout, transport=_CheckedTransport(url_allowed),
-                              trust_env=False)
+    return httpx2.AsyncClient(headers=headers, timeout=timeout,
+                              transport=_CheckedTransport(url_allowed, address_refused), trust_env=False)
 
 
 class BlockedAddress(OSError):
-    """A request the client will not send: its host resolved to a link-local or metadata address, or its URL
-    is outside the allow-list. ``str()`` completes "tool server URL ..."."""
+    """A request the client will not send: its host resolved to an address the client refuses (link-local or
+    metadata), or its URL is outside the allow-list. ``str()`` completes "tool server URL ..."."""
 
 
 class _CheckedBackend(httpcore2.AsyncNetworkBackend):
     """Resolves each host itself and connects only to addresses it has just checked."""
 
-    def __init__(self) -> None:
+    def __init__(self, address_refused: Callable[[IpAddress], str | None]) -> None:
         self._inner = httpcore2.AnyIOBackend()
+        self._address_refused = address_refused
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                           socket_options: Any = None) -> httpcore2.AsyncNetworkStream:
@@ -53,8 +64,9 @@ class _CheckedBackend(httpcore2.AsyncNetworkBackend):
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
         for address in addresses:
-            if blocked_address(address):
-                raise BlockedAddress(f"resolves to {address}, a link-local or metadata address")
+            why = self._address_refused(address)
+            if why is not None:
+                raise BlockedAddress(f"resolves to {address}, {why}")
         failure: Exception = OSError(f"{host} resolves to no address")
         for address in addresses:
             try:
@@ -72,9 +84,11 @@ class _CheckedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's own transport, its connection pool on ``_CheckedBackend`` (the pool is the one place httpx2
     lets a network backend in; ``_pool`` is its name in the pinned httpx2 version)."""
 
-    def __init__(self, url_allowed: Callable[[str], bool]) -> None:
+    def __init__(self, url_allowed: Callable[[str], bool],
+                 address_refused: Callable[[IpAddress], str | None]) -> None:
         super().__init__(verify=_ssl_context(), trust_env=False)
-        self._pool = httpcore2.AsyncConnectionPool(ssl_context=_ssl_context(), network_backend=_CheckedBackend())
+        self._pool = httpcore2.AsyncConnectionPool(ssl_context=_ssl_context(),
+                                                   network_backend=_CheckedBackend(address_refused))
         self._url_allowed = url_allowed
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

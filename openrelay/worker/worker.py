@@ -16,6 +16,7 @@ from ..engines.factory import build_engine
 from ..runtime import Runtime
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
+from ..webhooks.delivery import WebhookDelivery
 from .finalize import end_failed_batch, settle_batch
 from .gate import EngineGate
 from .run import BatchRun
@@ -46,6 +47,9 @@ class Worker:
 
     async def run_forever(self) -> None:
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.slots)) or "(no models)")
+        # Webhook events go out beside the batches until the same stop (openrelay/webhooks/delivery.py).
+        deliveries = asyncio.create_task(
+            WebhookDelivery(self.rt.webhooks, self.rt.catalog, self.rt.settings).run_forever(self._stop))
         while not self._stop.is_set():
             try:
                 await self.tick()
@@ -55,6 +59,7 @@ class Worker:
                 await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.tick_seconds)
             except TimeoutError:
                 pass
+        await deliveries  # its attempt in flight ends within the webhook timeout; an unfinished one is resent
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.rt.batches.promote_validated)

@@ -1,0 +1,88 @@
+"""Webhook endpoints: what an API key with ``batch.write`` (``/v1/webhooks``) and the operator (``orl admin
+webhook``) may register, list, remove and test. Events themselves are written by the store with each terminal
+status and sent by the workers (``openrelay/webhooks``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from ..catalog import Catalog
+from ..config import Settings
+from ..errors import Conflict, InvalidRequest
+from ..runtime import Runtime
+from ..store.webhooks import WebhookEndpoint, WebhookStore
+from ..types import ApiKey, Scope
+from ..webhooks.delivery import Attempt, WebhookDelivery
+from ..webhooks.network import normalized, webhook_url_problem
+from ..webhooks.signing import new_secret
+from .auth import require
+
+__all__ = ["MAX_ENDPOINTS", "register_endpoint", "send_test_event", "create_webhook", "list_webhooks",
+           "delete_webhook"]
+
+MAX_ENDPOINTS = 16  # per organization: every terminal status writes a delivery to each, in its transaction
+_CREATE_FIELDS = {"url"}
+
+
+def register_endpoint(store: WebhookStore, catalog: Catalog, org_id: str, url: object,
+                      ) -> tuple[WebhookEndpoint, str]:
+    """The new endpoint and its signing secret (``whsec_...``), which is never shown again."""
+    problem = webhook_url_problem(url, catalog)
+    if problem is not None:
+        raise InvalidRequest(problem, param="url")
+    secret = new_secret()
+    endpoint = store.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS)
+    if endpoint is None:
+        raise Conflict(f"an organization may have at most {MAX_ENDPOINTS} webhook endpoints; remove one first",
+                       code="webhook_limit_reached")
+    return endpoint, secret
+
+
+def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, endpoint_id: str,
+                    org_id: str | None = None) -> Attempt:
+    """A ``webhook.test`` event sent to one endpoint now, by the caller's process, signed and checked like
+    every delivery and logged like one; a failure is not retried."""
+    endpoint = store.endpoint(endpoint_id, org_id)
+    delivery = WebhookDelivery(store, catalog, settings)
+    due = store.enqueue_test_event(endpoint, hold_seconds=delivery.hold_seconds)
+    return asyncio.run(delivery.deliver(due, retry=False))
+
+
+# -- the API ----------------------------------------------------------------------------------------------------
+
+
+def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    body = _json_object(raw)
+    for name in body:
+        if name not in _CREATE_FIELDS:
+            raise InvalidRequest(f"Unrecognized request argument supplied: {name[:64]}", param=name[:64])
+    if "url" not in body:
+        raise InvalidRequest("url is required", param="url")
+    endpoint, secret = register_endpoint(rt.webhooks, rt.catalog, key.org_id, body["url"])
+    return {**endpoint.as_api(), "secret": secret}
+
+
+def list_webhooks(rt: Runtime, key: ApiKey) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    data = [endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)]
+    return {"object": "list", "data": data, "has_more": False}
+
+
+def delete_webhook(rt: Runtime, key: ApiKey, webhook_id: str) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    removed = rt.webhooks.remove_endpoint(webhook_id, key.org_id)
+    return {"id": removed.id, "object": "webhook_endpoint.deleted", "deleted": True}
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body

@@ -1,0 +1,74 @@
+"""Where a webhook may be sent: the same network safety as tool servers (``worker/tool_http.py``).
+
+Never to a link-local or cloud metadata address. To a loopback or private address (anything not globally
+routable) only when an entry of the catalog's ``[webhooks] allow`` covers the endpoint's URL, matched as
+``[tools] allow`` is (``Catalog.webhook_private_allowed``). Any other http(s) URL is the user's own server on the
+internet and needs no entry.
+
+A literal address is judged when the endpoint is registered; a host name at every delivery, by the connection
+itself, which resolves it, refuses it if any address it resolves to is refused, and connects only to an address
+it checked (a name can point elsewhere by the time of the delivery).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+
+import httpx2
+
+from ..catalog import Catalog
+from ..urls import UrlRefused, normalized_http_url
+from ..validation.tool_config import blocked_address, carried_address
+from ..worker.tool_http import IpAddress, checked_client
+
+__all__ = ["MAX_URL_LENGTH", "address_refusal", "webhook_url_problem", "webhook_client"]
+
+MAX_URL_LENGTH = 2048
+
+
+def address_refusal(address: IpAddress, *, private_allowed: bool) -> str | None:
+    """Why a delivery may not connect to ``address``, or None."""
+    if blocked_address(address):
+        return "a link-local or metadata address"
+    if not carried_address(address).is_global and not private_allowed:
+        return "a loopback or private address, which the operator's [webhooks] allow does not list"
+    return None
+
+
+def webhook_url_problem(url: object, catalog: Catalog) -> str | None:
+    """Why ``url`` cannot be a webhook endpoint's URL, or None."""
+    if not isinstance(url, str) or not url:
+        return "url must be an http(s) URL"
+    if len(url) > MAX_URL_LENGTH:
+        return f"url must be at most {MAX_URL_LENGTH} characters"
+    try:
+        target = normalized_http_url(url)
+    except UrlRefused as exc:
+        return f"url {exc}"
+    try:
+        literal = ipaddress.ip_address(target.host)
+    except ValueError:
+        return None  # a name: judged at each delivery, after it is resolved
+    why = address_refusal(literal, private_allowed=catalog.webhook_private_allowed(target.url))
+    return None if why is None else f"url {target.url} points at {why}"
+
+
+def normalized(url: str) -> str:
+    """The URL as it is stored and connected to (``webhook_url_problem`` accepted it)."""
+    return normalized_http_url(url).url
+
+
+def webhook_client(url: str, catalog: Catalog, timeout: float) -> httpx2.AsyncClient:
+    """A client that posts to exactly ``url`` (no other URL, redirects not followed) and connects only to
+    addresses ``address_refusal`` lets through for it."""
+    target = normalized(url)
+    refusal = functools.partial(address_refusal, private_allowed=catalog.webhook_private_allowed(target))
+    return checked_client({}, httpx2.Timeout(timeout), functools.partial(_is_target, target), refusal)
+
+
+def _is_target(target: str, url: str) -> bool:
+    try:
+        return normalized_http_url(url).url == target
+    except UrlRefused:
+        return False

@@ -1,0 +1,36 @@
+"""Standard Webhooks signing (https://www.standardwebhooks.com): ``whsec_`` + base64 secrets, and the
+``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`` headers of a delivery.
+
+The signature is ``v1,`` + base64 of HMAC-SHA256 over ``{webhook-id}.{webhook-timestamp}.{body}`` with the
+secret's bytes, computed by the ``standardwebhooks`` package, so what receivers verify with it (or with the
+OpenAI SDK's ``client.webhooks.unwrap``) is what was signed.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from datetime import UTC, datetime
+
+from standardwebhooks import Webhook
+
+__all__ = ["new_secret", "signed_headers", "SECRET_PREFIX"]
+
+SECRET_PREFIX = "whsec_"
+_SECRET_BYTES = 32
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(_SECRET_BYTES)).decode()
+
+
+def signed_headers(secret: str, event_id: str, body: bytes, timestamp: int) -> dict[str, str]:
+    """The headers of one attempt: ``timestamp`` is the attempt's (seconds since the epoch), so a receiver can
+    refuse replays of old ones; ``event_id`` stays the same on every attempt, so it can drop repeats."""
+    signed_at = datetime.fromtimestamp(timestamp, tz=UTC)
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": Webhook(secret).sign(event_id, signed_at, body.decode()),
+        "content-type": "application/json",
+    }
