@@ -31,6 +31,7 @@ from ..blobs.base import BlobMissing, BlobStore
 from ..blobs.keys import error_key, output_key
 from ..errors import NotFound
 from ..runtime import Runtime
+from ..store.result_segments import result_segments
 from ..types import Batch, FileRecord
 
 __all__ = ["PartialFile", "ResultFileId", "parse_result_file_id", "partial_file", "read_partial"]
@@ -91,18 +92,13 @@ def partial_file(rt: Runtime, org_id: str, file_id: str) -> FileRecord:
 
 
 def _snapshot(rt: Runtime, batch: Batch, file_id: str, kind: str) -> PartialFile:
-    chunks = rt.results.chunks(batch.id)
-    if kind == "output":
-        keys = [c.out_key for c in chunks if c.out_key]
-        lines = sum(c.completed for c in chunks)
-    else:
-        keys = [c.err_key for c in chunks if c.err_key]
-        lines = sum(c.failed for c in chunks)
-    segments = tuple((key, rt.blobs.size(key)) for key in keys)
+    found = result_segments(rt.db, batch.id, kind)
+    segments = tuple((s.key, rt.blobs.size(s.key) if s.size is None else s.size) for s in found)
     return PartialFile(id=file_id, org_id=batch.org_id, purpose="batch_output",
                        filename=f"{batch.id}_{kind}.jsonl", bytes=sum(size for _, size in segments),
                        created_at=batch.created_at, blob_key="", segments=segments,
-                       final_key=output_key(batch.id) if kind == "output" else error_key(batch.id), lines=lines)
+                       final_key=output_key(batch.id) if kind == "output" else error_key(batch.id),
+                       lines=sum(s.lines for s in found))
 
 
 def read_partial(blobs: BlobStore, snapshot: PartialFile, start: int = 0) -> Iterator[bytes]:

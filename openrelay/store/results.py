@@ -41,6 +41,8 @@ class Chunk:
     input_tokens: int
     output_tokens: int
     cost_nano_usd: int
+    out_bytes: int | None = None  # the blobs' sizes, for reads of a running batch's result files
+    err_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +99,8 @@ class Results:
                 batch_id=batch_id, seq=chunk.seq, out_key=chunk.out_key, err_key=chunk.err_key,
                 lines=orjson.dumps(chunk.lines).decode(), completed=chunk.completed, failed=chunk.failed,
                 input_tokens=chunk.input_tokens, output_tokens=chunk.output_tokens,
-                cost_nano_usd=chunk.cost_nano_usd, created_at=now(),
+                cost_nano_usd=chunk.cost_nano_usd, created_at=now(), out_bytes=chunk.out_bytes,
+                err_bytes=chunk.err_bytes,
             ))
             if chunk.cost_nano_usd:
                 conn.execute(api_keys.update().where(api_keys.c.id == key_id)

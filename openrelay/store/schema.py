@@ -139,6 +139,8 @@ batch_chunks = Table(
     Column("output_tokens", BigInteger, nullable=False),
     Column("cost_nano_usd", BigInteger, nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    Column("out_bytes", BigInteger),  # the out blob's size (migration 0009; null for chunks written before it)
+    Column("err_bytes", BigInteger),  # the err blob's size
     PrimaryKeyConstraint("batch_id", "seq"),
 )
 

@@ -135,16 +135,19 @@ class ChunkWriter:
         return True
 
     def _write_chunk(self, seq: int, pending: _Pending) -> None:
-        out_key = err_key = None
+        keys: dict[str, str | None] = {"out": None, "err": None}
+        sizes: dict[str, int | None] = {"out": None, "err": None}
         for lines, kind in ((pending.out, "out"), (pending.err, "err")):
             if lines:
                 key = chunk_key(self.batch.id, seq, kind)
+                data = b"".join(lines)
                 with self.rt.blobs.writer(key) as handle:
-                    handle.write(b"".join(lines))
-                out_key, err_key = (key, err_key) if kind == "out" else (out_key, key)
-        chunk = Chunk(seq=seq, out_key=out_key, err_key=err_key, lines=pending.lines, completed=len(pending.out),
-                      failed=len(pending.err), input_tokens=pending.input_tokens,
-                      output_tokens=pending.output_tokens, cost_nano_usd=pending.cost)
+                    handle.write(data)
+                keys[kind], sizes[kind] = key, len(data)
+        chunk = Chunk(seq=seq, out_key=keys["out"], err_key=keys["err"], lines=pending.lines,
+                      completed=len(pending.out), failed=len(pending.err), input_tokens=pending.input_tokens,
+                      output_tokens=pending.output_tokens, cost_nano_usd=pending.cost, out_bytes=sizes["out"],
+                      err_bytes=sizes["err"])
         self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
         RECORDS.labels(self.model, "completed").inc(chunk.completed)
         RECORDS.labels(self.model, "failed").inc(chunk.failed)
