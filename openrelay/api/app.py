@@ -23,6 +23,7 @@ from ..metrics import register_queue_depths
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import files as file_service
+from ..service import progress as progress_service
 from ..service import retry as retry_service
 from ..service import webhooks as webhook_service
 from ..service.auth import Keys
@@ -211,26 +212,28 @@ def create_app(rt: Runtime) -> FastAPI:
         # The query is read here rather than declared as parameters: FastAPI's solving of declared parameters
         # costs more than this poll's own work. ``_query_int`` parses and refuses as FastAPI would.
         query = request.query_params
-        return _json(await by_plan(request, batch_service.list_batches_plan, limit=_query_int(query, "limit", 20),
-                                   after=query.get("after"), status=query.get("status"),
-                                   model=query.get("model"), tag=query.get("tag")))
+        return _json(await by_plan(request, progress_service.page_answer_plan,
+                                   limit=_query_int(query, "limit", 20), after=query.get("after"),
+                                   status=query.get("status"), model=query.get("model"), tag=query.get("tag")))
 
     @app.get("/v1/batches/{batch_id}")
     async def get_batch(request: Request) -> Response:
         # The id is read from the path here, not declared: see list_batches.
         batch_id = request.path_params["batch_id"]
-        return _json((await by_plan(request, batch_service.get_batch_plan, batch_id)).as_api())
+        return _json(await by_plan(request, progress_service.batch_answer_plan, batch_id))
 
     @app.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(request: Request, batch_id: str) -> Response:
         key = await caller(request)
-        return _json((await run_in_threadpool(batch_service.cancel_batch, rt, key, batch_id)).as_api())
+        return _json(await run_in_threadpool(
+            lambda: progress_service.answer_of(rt, batch_service.cancel_batch(rt, key, batch_id))))
 
     @app.post("/v1/batches/{batch_id}/metadata")
     async def replace_metadata(request: Request, batch_id: str) -> Response:
         key = await caller(request)
         raw = await request.body()
-        return _json((await run_in_threadpool(batch_service.replace_metadata, rt, key, batch_id, raw)).as_api())
+        return _json(await run_in_threadpool(
+            lambda: progress_service.answer_of(rt, batch_service.replace_metadata(rt, key, batch_id, raw))))
 
     @app.post("/v1/batches/{batch_id}/retry")
     async def retry_batch(request: Request, batch_id: str) -> Response:

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
 
-__all__ = ["app", "parse_pairs", "rejection_preview"]
+__all__ = ["app", "parse_pairs", "rejection_preview", "live_numbers"]
 
 app = typer.Typer(help="Create, inspect, list, cancel and wait for batches.", no_args_is_help=True)
 
@@ -203,12 +203,35 @@ def _describe(batch: dict[str, Any]) -> str:
     return f"{batch.get('id')} {status}"
 
 
+def live_numbers(batch: dict[str, Any]) -> str:
+    """The batch's live progress numbers (its ``openrelay`` object) for a person: what is known of them."""
+    live = batch.get("openrelay") or {}
+    shown = []
+    if live.get("queue_position") is not None:
+        shown.append(f"queue #{live['queue_position']}")
+    if live.get("records_per_second") is not None:
+        shown.append(f"{live['records_per_second']:.3g} rec/s")
+    if live.get("tokens_per_second") is not None:
+        shown.append(f"{live['tokens_per_second']:.3g} tok/s")
+    if live.get("eta_seconds") is not None:
+        minutes, seconds = divmod(int(live["eta_seconds"]), 60)
+        hours, minutes = divmod(minutes, 60)
+        shown.append(f"ETA {hours}:{minutes:02d}:{seconds:02d}")
+    return "  ".join(shown)
+
+
 def _draw(progress: Progress, task: TaskID, batch: dict[str, Any]) -> None:
     counts = batch.get("request_counts") or {}
     total = int(counts.get("total") or 0)
     done = int(counts.get("completed") or 0) + int(counts.get("failed") or 0)
     # Total is unknown (0) while validating: an indeterminate bar rather than a misleading 0/0.
-    progress.update(task, total=total or None, completed=done, description=_describe(batch))
+    progress.update(task, total=total or None, completed=done, description=_describe(batch),
+                    live=live_numbers(batch))
+
+
+def _counted(batch: dict[str, Any]) -> str:
+    counts = batch.get("request_counts") or {}
+    return f"{int(counts.get('completed') or 0) + int(counts.get('failed') or 0)}/{int(counts.get('total') or 0)}"
 
 
 @app.command()
@@ -219,12 +242,19 @@ def wait(
     """Poll a batch until it is terminal, drawing progress on stderr; print the final batch."""
 
     def body(client: ApiClient) -> None:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[live]}"))
         with Progress(*columns, console=Console(stderr=True)) as progress:
-            task = progress.add_task(batch_id, total=None)
+            task = progress.add_task(batch_id, total=None, live="")
+            said = ""
             while True:
                 batch = client.get(f"batches/{batch_id}")
                 _draw(progress, task, batch)
+                if not progress.console.is_terminal:  # no live bar (a log, a pipe): a line whenever it changes
+                    line = f"{_describe(batch)}  {_counted(batch)}  {live_numbers(batch)}".rstrip()
+                    if line != said:
+                        say(line)
+                        said = line
                 if batch.get("status") in TERMINAL:
                     break
                 time.sleep(interval)

@@ -17,7 +17,7 @@ from ..ids import new_batch_id, new_file_id, now, now_ns
 from ..runtime import Runtime
 from ..store.compiled import Plan, run_plan
 from ..store.idempotency import Claim, Stored
-from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope
+from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
 from .pages import list_page
@@ -121,6 +121,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
         rejections_file_id=rejections_file_id, metadata=metadata,
     )
     answer = batch.as_api()
+    answer["openrelay"] = unknown_progress()
     answer["rejected_count"] = batch.rejected_count
     if result.rejections:
         answer["rejected_records"] = [r.as_api() for r in result.rejections]

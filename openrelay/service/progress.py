@@ -1,0 +1,93 @@
+"""Live progress numbers on the batch object: its ``openrelay`` object (CONTRACT section 6).
+
+``queue_position`` while the batch is queued (1: the next batch of its model a free slot takes, in the claims'
+own order, see ``store.queue``); ``records_per_second`` and ``tokens_per_second`` over the last minute while it
+runs (records settled, done or failed, and their tokens, input and output, as they became durable), divided by the
+last minute or by the time since it started running when that is shorter; ``eta_seconds`` while it runs: the
+records left at that rate. Each is null when unknown: queued, validating, not yet any record durable, finished.
+
+Polls stay cheap: a running batch's rates come from its own row (no query); only a queued batch costs a read, one
+per model on a list page.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from ..runtime import Runtime
+from ..store.compiled import Plan, run_plan
+from ..store.queue import LiveState, queue_plan
+from ..store.throughput import WINDOW_SECONDS, window_totals
+from ..types import ApiKey, Batch, BatchStatus, unknown_progress
+from .batches import get_batch_plan, list_batches_plan
+
+__all__ = ["progress_numbers", "batch_answer_plan", "page_answer_plan", "answer_plan",
+           "answer_of"]
+
+_RUNNING = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value)  # records may still be settling
+_LIVE = (*_RUNNING, BatchStatus.FINALIZING.value)
+
+
+def progress_numbers(*, status: str, in_progress_at: int | None, total: int, settled: int,
+                     state: LiveState | None, now: float) -> dict[str, Any]:
+    """The ``openrelay`` object of a batch in ``status``, with ``settled`` of its ``total`` records done or
+    failed; ``state`` is its live state (None for a batch that is not live)."""
+    numbers = unknown_progress()
+    if state is None or status not in _RUNNING:
+        return numbers
+    if not state.started:
+        numbers["queue_position"] = state.position
+        return numbers
+    flushed = window_totals(state.window, now) if in_progress_at is not None else None
+    if flushed is None:
+        return numbers
+    span = max(1.0, min(float(WINDOW_SECONDS), now - in_progress_at))
+    records_per_second, tokens_per_second = flushed[0] / span, flushed[1] / span
+    numbers["records_per_second"] = round(records_per_second, 3)
+    numbers["tokens_per_second"] = round(tokens_per_second, 3)
+    if status == BatchStatus.IN_PROGRESS.value and records_per_second > 0:
+        numbers["eta_seconds"] = math.ceil(max(0, total - settled) / records_per_second)
+    return numbers
+
+
+def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
+    """``batch`` as the API shows it, with its ``openrelay`` numbers; reads only when it is queued."""
+    answer = batch.as_api()
+    state = None
+    if batch.status.value in _LIVE:
+        state = LiveState(position=None, started=batch.started, window=batch.throughput_window)
+        if not batch.started and batch.status is BatchStatus.IN_PROGRESS:
+            state = (yield from queue_plan(batch.model)).get(batch.id, state)
+    answer["openrelay"] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
+                                           total=batch.total, settled=batch.completed + batch.failed,
+                                           state=state, now=time.time())
+    return answer
+
+
+def answer_of(rt: Runtime, batch: Batch) -> dict[str, Any]:
+    """``answer_plan`` run here (the answers of cancel and metadata edits)."""
+    return run_plan(rt.db, answer_plan(batch))
+
+
+def batch_answer_plan(rt: Runtime, key: ApiKey, batch_id: str) -> Plan[dict[str, Any]]:
+    """``GET /v1/batches/{id}``: the batch with its progress numbers."""
+    batch = yield from get_batch_plan(rt, key, batch_id)
+    return (yield from answer_plan(batch))
+
+
+def page_answer_plan(rt: Runtime, key: ApiKey, **query: Any) -> Plan[dict[str, Any]]:
+    """``GET /v1/batches``: the page, each row with its progress numbers; one read per model of its live rows."""
+    page = yield from list_batches_plan(rt, key, **query)
+    rows: list[dict[str, Any]] = page["data"]
+    live: dict[str, LiveState] = {}
+    for model in sorted({row["model"] for row in rows if row["status"] in _LIVE}):
+        live.update((yield from queue_plan(model)))
+    now = time.time()
+    for row in rows:
+        counts = row["request_counts"]
+        row["openrelay"] = progress_numbers(status=row["status"], in_progress_at=row["in_progress_at"],
+                                            total=counts["total"], settled=counts["completed"] + counts["failed"],
+                                            state=live.get(row["id"]), now=now)
+    return page
