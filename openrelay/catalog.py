@@ -43,6 +43,9 @@ class ModelSpec:
     input_usd_per_mtok: Decimal
     output_usd_per_mtok: Decimal
     engine: dict[str, Any]
+    # The most tokens a record's answer may have when the record sets no max_tokens (a dry run's estimate);
+    # None: the llama-cpp engine's own max_tokens, else service/estimate.py's DEFAULT_MAX_TOKENS.
+    default_max_tokens: int | None = None
 
     def price(self, factor: Decimal) -> TokenPrice:
         rates = [rate * _NANO_PER_USD_PER_MTOK * factor for rate in (self.input_usd_per_mtok, self.output_usd_per_mtok)]
@@ -135,6 +138,9 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
     slots, concurrency = int(raw.get("slots", 1)), int(raw.get("concurrency", 8))
     if slots < 1 or concurrency < 1:
         raise CatalogError(f"catalog: model {name!r} needs slots and concurrency >= 1")
+    default_max_tokens = raw.get("default_max_tokens")
+    if default_max_tokens is not None and (type(default_max_tokens) is not int or default_max_tokens < 1):
+        raise CatalogError(f"catalog: model {name!r} needs default_max_tokens to be a positive integer")
     return ModelSpec(
         name=name,
         endpoints=endpoints,
@@ -143,6 +149,7 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
         input_usd_per_mtok=Decimal(str(raw.get("input_usd_per_mtok", 0))),
         output_usd_per_mtok=Decimal(str(raw.get("output_usd_per_mtok", 0))),
         engine=dict(engine),
+        default_max_tokens=default_max_tokens,
     )
 
 

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
 
-__all__ = ["app", "parse_pairs", "rejection_preview", "live_numbers"]
+__all__ = ["app", "parse_pairs", "rejection_preview", "live_numbers", "estimate_summary"]
 
 app = typer.Typer(help="Create, inspect, list, cancel and wait for batches.", no_args_is_help=True)
 
@@ -122,6 +122,9 @@ def create(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Sent as the Idempotency-Key header; also tags the batch with it.")
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check every record and estimate tokens and cost; create nothing.")
+    ] = False,
 ) -> None:
     """Create a batch; rejected records are previewed on stderr."""
     if (input_file is None) == (input_file_id is None):
@@ -135,10 +138,13 @@ def create(
         file_id = input_file_id
         if input_file is not None and idempotency_key is not None:
             file_id = _earlier_input_file(client, idempotency_key)
+        uploaded_for_dry_run = None
         if input_file is not None and file_id is None:
             uploaded = client.upload(input_file, "batch")
             file_id = uploaded["id"]
             say(f"uploaded {input_file} as {file_id}")
+            if dry_run:
+                uploaded_for_dry_run = file_id
         request: dict[str, Any] = {
             "input_file_id": file_id,
             "endpoint": endpoint,
@@ -148,14 +154,22 @@ def create(
             request["priority"] = priority.value
         if meta:
             request["metadata"] = meta
+        if dry_run:
+            request["dry_run"] = True
         try:
             batch = client.post("batches", request, headers=headers)
         except ApiError as exc:
             if exc.code == "no_valid_records":
                 _report_rejections(client, exc.error, rejections_out)
             raise  # run() prints the envelope and exits 2
+        finally:
+            if uploaded_for_dry_run is not None:  # a dry run leaves nothing behind, not even its upload
+                client.delete(f"files/{uploaded_for_dry_run}")
+                say(f"deleted {uploaded_for_dry_run} again (dry run)")
         print_json(batch)
         _report_rejections(client, batch, rejections_out)
+        if dry_run:
+            say(estimate_summary(batch))
 
     run(body)
 
@@ -193,6 +207,17 @@ def metadata(
     """Replace a batch's whole metadata map."""
     meta = parse_pairs(pairs or [])
     run(lambda client: print_json(client.post(f"batches/{batch_id}/metadata", {"metadata": meta})))
+
+
+def estimate_summary(answer: dict[str, Any]) -> str:
+    """A dry run's ``openrelay.estimate`` for a person."""
+    found = (answer.get("openrelay") or {}).get("estimate") or {}
+    counts = answer.get("request_counts") or {}
+    runs = int(counts.get("total") or 0) - int(answer.get("rejected_count") or 0)
+    low, high = (int(found.get(name) or 0) / 1e9 for name in ("min_cost_nano_usd", "max_cost_nano_usd"))
+    return (f"dry run, nothing created: {runs} record(s) would run on {answer.get('model')}; "
+            f"{found.get('input_tokens')} input tokens ({found.get('tokens_counted')}), at most "
+            f"{found.get('max_output_tokens')} output tokens; cost ${low:.6f} to ${high:.6f}")
 
 
 def _describe(batch: dict[str, Any]) -> str:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -20,6 +21,7 @@ from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
+from .estimate import dry_run_answer
 from .pages import list_page
 
 __all__ = ["create_batch", "get_batch", "get_batch_plan", "list_batches_plan", "cancel_batch", "replace_metadata",
@@ -28,7 +30,7 @@ __all__ = ["create_batch", "get_batch", "get_batch_plan", "list_batches_plan", "
 WINDOWS = ("24h",)
 MAX_IDEMPOTENCY_KEY_BYTES = 512
 # The top-level fields of a create; any other is refused by name (OpenAI's "Unrecognized request argument").
-CREATE_FIELDS = ("input_file_id", "requests", "endpoint", "completion_window", "metadata", "priority")
+CREATE_FIELDS = ("input_file_id", "requests", "endpoint", "completion_window", "metadata", "priority", "dry_run")
 # Fields the OpenAI API documents that OpenRelay does not honor: refused with the reason, never ignored.
 UNSUPPORTED_FIELDS = {
     "output_expires_after": "output_expires_after is not supported: result files are kept until they are deleted",
@@ -50,7 +52,7 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | No
     require(key, Scope.BATCH_WRITE, *((Scope.FILES_READ,) if "input_file_id" in body else ()))
     require_budget(key)
     claim = None
-    if idempotency_key is not None:
+    if idempotency_key is not None and body.get("dry_run") is not True:  # a dry run claims no key
         found = rt.idempotency.claim(key.org_id, _check_idempotency_key(idempotency_key),
                                      hashlib.sha256(raw).hexdigest())
         if isinstance(found, Stored):
@@ -94,14 +96,18 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
             with rt.blobs.open(blob_key) as handle:
                 yield from file_lines(handle, rt.settings.max_line_bytes)
 
-        result = scan_records(blocks, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records)
+        source: Callable[[], Iterable[Any]] = blocks
     else:
         requests: list[msgspec.Raw] = body["requests"]
-        result = scan_records(lambda: inline_lines(requests), endpoint=endpoint, catalog=rt.catalog,
-                              max_records=rt.settings.max_records)
+        source = functools.partial(inline_lines, requests)
         input_file_id, blob_key = new_file_id(), ""
+    result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records)
+    dry_run = body.get("dry_run") is True
     if result.accepted == 0:
-        _refuse_no_valid_records(rt, key, result)
+        _refuse_no_valid_records(rt, key, result, store=not dry_run)
+    if dry_run:  # every check done: answer as the create would, making and storing nothing (service/estimate.py)
+        return dry_run_answer(rt, key, result=result, source=source, endpoint=endpoint, priority=priority,
+                              metadata=metadata, input_file_id=None if blob_key == "" else input_file_id)
     if not blob_key:
         blob_key = file_key(input_file_id)
         size = _store_inline(rt, blob_key, body["requests"])
@@ -214,6 +220,8 @@ def _check_fields(body: dict[str, Any], priority: Any) -> tuple[str, dict[str, s
         raise InvalidRequest("input_file_id must be a string", param="input_file_id")
     if has_inline and (not isinstance(body["requests"], list) or not body["requests"]):
         raise InvalidRequest("requests must be a non-empty list of request objects", param="requests")
+    if not isinstance(body.get("dry_run", False), bool):
+        raise InvalidRequest("dry_run must be true or false", param="dry_run")
     return endpoint, metadata
 
 
@@ -234,12 +242,15 @@ def check_metadata(metadata: Any) -> dict[str, str] | None:
     return metadata or None
 
 
-def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult) -> None:
-    file_id = new_file_id()
-    blob_key = f"rejections/{file_id}.jsonl"
-    size = _store_rejections(rt, blob_key, result.rejections)
-    rt.files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
-                 size=size, blob_key=blob_key)
+def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult, *, store: bool = True) -> None:
+    """``store``: keep the rejections as a file (not for a dry run, whose error names none)."""
+    file_id = None
+    if store:
+        file_id = new_file_id()
+        blob_key = f"rejections/{file_id}.jsonl"
+        size = _store_rejections(rt, blob_key, result.rejections)
+        rt.files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
+                     size=size, blob_key=blob_key)
     raise NoValidRecords(
         f"all {result.total} records were rejected; see rejected_records" if result.total
         else "the input has no records",

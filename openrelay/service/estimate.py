@@ -1,0 +1,116 @@
+"""A dry run's answer (``"dry_run": true`` on a create, CONTRACT section 3 step 8): what the create would have
+answered, with ``"id": null``, ``"dry_run": true`` and ``openrelay.estimate``; nothing is created or stored.
+
+The estimate reads the records the create would accept once more (the rejected ones never run, never bill):
+- ``input_tokens``: each record's input as its model's engine counts it (``engines.counting``): ``exact`` where
+  the engine runs in this process, ``approximate`` otherwise, and for records with ``openrelay.tool_config``,
+  whose tool rounds send the conversation again (only the first turn is counted).
+- ``max_output_tokens``: each record's own limit (``max_completion_tokens`` or ``max_tokens``; ``max_output_tokens``
+  on /v1/responses), else its model's default (``default_max_tokens``); for a llama-cpp model no more than its
+  context leaves after the prompt; 0 for embeddings.
+- ``min_cost_nano_usd`` / ``max_cost_nano_usd``: the records billed at the batch's tier with no output tokens and
+  with every record's most, each record rounded as the worker bills it. Records that fail bill nothing, so the
+  real bill can be below the minimum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import orjson
+
+from ..catalog import ModelSpec
+from ..engines.counting import counter_for
+from ..ids import now
+from ..runtime import Runtime
+from ..types import ApiKey, Batch, BatchStatus, unknown_progress
+from ..validation.scan import Blocks, ScanResult
+
+__all__ = ["DEFAULT_MAX_TOKENS", "default_max_tokens", "output_limit", "estimate", "dry_run_answer"]
+
+DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
+_LLAMA_MAX_TOKENS = 256  # engines/llama_local.py's default for an engine without max_tokens
+_LLAMA_N_CTX = 2048
+
+_decode = msgspec.json.Decoder().decode
+
+
+def default_max_tokens(spec: ModelSpec) -> int:
+    if spec.default_max_tokens is not None:
+        return spec.default_max_tokens
+    if spec.engine.get("kind") == "llama-cpp":
+        return int(spec.engine.get("max_tokens", _LLAMA_MAX_TOKENS))
+    return DEFAULT_MAX_TOKENS
+
+
+def output_limit(endpoint: str, body: dict[str, Any], spec: ModelSpec) -> int:
+    """The most output tokens the record allows."""
+    if endpoint == "/v1/embeddings":
+        return 0
+    names = ("max_output_tokens",) if endpoint == "/v1/responses" else ("max_completion_tokens", "max_tokens")
+    for name in names:
+        value = body.get(name)
+        if type(value) is int and value > 0:
+            return value
+    return default_max_tokens(spec)
+
+
+def estimate(rt: Runtime, *, source: Callable[[], Blocks], result: ScanResult, endpoint: str,
+             priority: str) -> dict[str, Any]:
+    """``openrelay.estimate`` of the records ``result`` accepted, read again from ``source``."""
+    spec = rt.catalog.models.get(result.model or "")
+    found = {"input_tokens": 0, "max_output_tokens": 0, "min_cost_nano_usd": 0, "max_cost_nano_usd": 0,
+             "tokens_counted": "exact"}
+    if spec is None:
+        return found
+    counter = counter_for(spec)
+    price = spec.price(rt.catalog.factor(priority))
+    n_ctx = int(spec.engine.get("n_ctx", _LLAMA_N_CTX)) if spec.engine.get("kind") == "llama-cpp" else None
+    rejected = {r.line for r in result.rejections}
+    exact = True
+    for first, block in source():
+        for offset, raw in enumerate(block):
+            line = first + offset
+            if not raw or raw.isspace() or line in rejected:
+                continue
+            body = dict(_decode(raw)["body"])
+            extension = body.pop("openrelay", None)
+            counted = counter.count(endpoint, body)
+            limit = output_limit(endpoint, body, spec)
+            if n_ctx is not None:
+                limit = max(0, min(limit, n_ctx - counted.tokens))
+            exact = exact and counted.exact and not (isinstance(extension, dict) and "tool_config" in extension)
+            found["input_tokens"] += counted.tokens
+            found["max_output_tokens"] += limit
+            found["min_cost_nano_usd"] += price.cost(counted.tokens, 0)
+            found["max_cost_nano_usd"] += price.cost(counted.tokens, limit)
+    found["tokens_counted"] = "exact" if exact else "approximate"
+    return found
+
+
+def dry_run_answer(rt: Runtime, key: ApiKey, *, result: ScanResult, source: Callable[[], Blocks], endpoint: str,
+                   priority: str, metadata: dict[str, str] | None, input_file_id: str | None) -> bytes:
+    """The create's 200 as it would have been, for a batch that is not made. ``input_file_id`` is None for
+    inline requests (no file is stored for them); ``rejected_records_file_id`` is null (no file is stored)."""
+    created = now()
+    rejected = len(result.rejections)
+    batch = Batch(
+        id="", org_id=key.org_id, key_id=key.id, endpoint=endpoint, input_file_id=input_file_id or "",
+        input_blob_key="", completion_window="24h", priority=priority, status=BatchStatus.VALIDATING,
+        model=result.model or "", created_at=created, expires_at=created + rt.settings.window_seconds,
+        total=result.total, failed=rejected, rejected_count=rejected, metadata=metadata,
+    )
+    answer = batch.as_api()
+    answer["id"] = None
+    answer["input_file_id"] = input_file_id
+    answer["dry_run"] = True
+    answer["rejected_count"] = rejected
+    if rejected:
+        answer["rejected_records"] = [r.as_api() for r in result.rejections]
+        answer["rejected_records_file_id"] = None
+    answer["openrelay"] = {**unknown_progress(),
+                           "estimate": estimate(rt, source=source, result=result, endpoint=endpoint,
+                                                priority=priority)}
+    return orjson.dumps(answer)
