@@ -19,6 +19,7 @@ import orjson
 from ..blobs.keys import rejections_key
 from ..errors import InvalidRequest, NotFound
 from ..runtime import Runtime
+from ..store.result_segments import result_segments
 from ..types import ApiKey, Batch, Scope
 from .auth import require
 from .batches import get_batch
@@ -56,9 +57,8 @@ def _sources(rt: Runtime, batch: Batch) -> list[tuple[str, str]]:
                 except NotFound:
                     continue  # the owner deleted it
         return found
-    chunks = rt.results.chunks(batch.id)
-    found = [("result", c.out_key) for c in chunks if c.out_key] + [("result", c.err_key) for c in chunks
-                                                                     if c.err_key]
+    # What the result files hold so far, as their partial reads see it (service/partial_results.py).
+    found = [("result", s.key) for kind in ("output", "error") for s in result_segments(rt.db, batch.id, kind)]
     if batch.rejected_count:
         found.append(("rejection", rejections_key(batch.id)))
     return found
