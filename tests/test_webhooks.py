@@ -107,6 +107,20 @@ def test_endpoints_through_the_api(org: Server, receiver: Receiver) -> None:
     assert [e["id"] for e in org.http("GET", "/webhooks").json()["data"]] == [public["id"]]
 
 
+def test_endpoints_through_the_openai_sdk(org: Server, receiver: Receiver) -> None:
+    """The SDK has no webhooks resource for this; its generic calls reach the routes with its auth and errors."""
+    client = org.client()
+    made = client.post("/webhooks", body={"url": receiver.url("sdk")}, cast_to=object)
+    assert made["secret"].startswith("whsec_") and made["url"] == receiver.url("sdk")
+    assert [e["id"] for e in client.get("/webhooks", cast_to=object)["data"]] == [made["id"]]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.post("/webhooks", body={"url": "http://169.254.169.254/"}, cast_to=object)
+    assert refused.value.body["param"] == "url"
+    assert client.delete(f"/webhooks/{made['id']}", cast_to=object)["deleted"] is True
+    with pytest.raises(openai.NotFoundError):
+        client.delete(f"/webhooks/{made['id']}", cast_to=object)
+
+
 def test_endpoints_need_batch_write(org: Server, receiver: Receiver) -> None:
     reader = org.new_org_key(None, "--scopes", "batch.read,files.read,files.write")
     for method, path, body in (("POST", "/webhooks", {"url": receiver.url("x")}), ("GET", "/webhooks", None),

@@ -63,6 +63,7 @@ def test_address_refusal(address: str, private_allowed: bool, refused: str | Non
     ("http://user@hooks.example.com/", NOTHING, "userinfo"),
     ("file:///etc/passwd", NOTHING, "http(s)"),
     ("https://hooks.example.com/" + "a" * 2048, NOTHING, "at most 2048"),
+    ("https://" + "h" * 2036 + ".com", NOTHING, "at most 2048"),  # 2048 as written, 2049 with its "/"
     ("https://hooks.example.com/\x00", NOTHING, "characters"),
     (None, NOTHING, "http(s)"),
 ])

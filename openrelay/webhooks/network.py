@@ -46,6 +46,8 @@ def webhook_url_problem(url: object, catalog: Catalog) -> str | None:
         target = normalized_http_url(url)
     except UrlRefused as exc:
         return f"url {exc}"
+    if len(target.url) > MAX_URL_LENGTH:  # normalizing may add a slash ("http://h" is "http://h/")
+        return f"url must be at most {MAX_URL_LENGTH} characters"
     try:
         literal = ipaddress.ip_address(target.host)
     except ValueError:
