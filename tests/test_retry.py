@@ -3,10 +3,12 @@ make a new batch, by the normal create, of the original lines of the records tha
 
 from __future__ import annotations
 
+import time
+
 import openai
 import orjson
 
-from tests.support.execution import chat, create, get, wait_letting_held_through
+from tests.support.execution import chat, create, get, wait_for, wait_letting_held_through
 from tests.support.records import upload
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
@@ -164,3 +166,38 @@ def test_cli_retry_prints_the_new_batch_and_says_how_many(server, engine):
     running = create(server, [chat("r", f"wait #hold={gate}")])
     assert server.orl("batches", "retry", running["id"]).returncode == 7
     engine.release(gate)
+
+
+def test_the_create_rules_apply_again_expedited_turned_off_is_409(server, engine):
+    created = create(server, [chat("x1", "no #status=400"), chat("x2", "fine")], priority="expedited")
+    batch = server.wait(created["id"])
+    assert batch["priority"] == "expedited" and batch["request_counts"]["failed"] == 1
+    assert server.admin("org", "set", server.org, "--expedited", "off").returncode == 0
+    refused = _retry(server, batch["id"])
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "feature_disabled"
+    assert server.orl("batches", "retry", batch["id"]).returncode == 6
+    assert server.admin("org", "set", server.org, "--expedited", "on").returncode == 0
+    retried = _retry(server, batch["id"]).json()
+    assert retried["priority"] == "expedited" and retried["retried_count"] == 1
+
+
+def test_expired_batch_retries_what_the_window_left_unrun(make_server, engine):
+    server = make_server(concurrency=2, args=("--window-seconds", "3"))
+    gate, total = "retry-expired", 10
+    created = create(server, [chat(f"e{i}", f"late {i} #hold={gate}") for i in range(total)])
+    engine.wait_held(gate, 2)
+    engine.release(gate, count=2)
+    wait_for(lambda: get(server, created["id"])["request_counts"]["completed"] == 2, "two finished records")
+    wait_for(lambda: time.time() >= created["expires_at"], "the window to close", timeout=10)
+    engine.release(gate)
+    batch = server.wait(created["id"])
+    assert batch["status"] == "expired"
+    errors = [orjson.loads(x) for x in server.http("GET", f"/files/{batch['error_file_id']}/content")
+              .content.splitlines()]
+    expired = sorted(line["custom_id"] for line in errors if line["error"]["code"] == "batch_expired")
+    assert len(expired) == batch["request_counts"]["failed"] > 0
+    answer = _retry(server, batch["id"], {"codes": ["batch_expired"]})
+    assert answer.status_code == 200, answer.text
+    taken = [orjson.loads(x)["custom_id"] for x in _input_lines(server, answer.json())]
+    assert taken == expired  # in input order, which sorts the same here
+    assert answer.json()["metadata"] == {"retry_of": batch["id"]}  # the source had no tags
