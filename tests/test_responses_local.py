@@ -5,16 +5,20 @@ honour refused per record. Kept small: two records reach the model, with a few o
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from openai.types.responses import Response
 
+from openrelay.catalog import load_catalog
 from openrelay.engines.responses_local import ChatRequest, chat_request
+from openrelay.validation.scan import file_lines, scan_records
 
 MODEL = "openrelay/smollm2-135m"
 RESPONSES = "/v1/responses"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "responses.jsonl"
 
 
 def read(body: dict[str, Any]) -> ChatRequest | str:
@@ -38,6 +42,15 @@ def test_a_responses_request_read_as_a_chat():
                              {"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello."},
                              {"role": "user", "content": "Bye"}]
     assert (full.max_output_tokens, full.temperature, full.top_p, full.metadata) == (8, 0.0, 0.5, {"k": "v"})
+
+
+def test_the_example_file_passes_create_and_reads_as_chats():
+    """examples/responses.jsonl (docs/builtin-models.md) is accepted by the built-in catalog, every record of it."""
+    scanned = scan_records(lambda: file_lines(EXAMPLES.open("rb"), 1 << 20), endpoint=RESPONSES,
+                           catalog=load_catalog(None), max_records=100)
+    assert (scanned.total, scanned.rejections, scanned.model) == (3, [], MODEL)
+    for raw in EXAMPLES.read_bytes().splitlines():
+        assert isinstance(read(orjson.loads(raw)["body"]), ChatRequest)
 
 
 @pytest.mark.parametrize(("body", "message"), [
