@@ -229,6 +229,11 @@ class WebhookStore:
         """Up to ``limit`` pending deliveries due now (oldest due first), each taken for ``hold_seconds``: no
         other loop takes it meanwhile, and after that it is due again unless its outcome was recorded."""
         d, e, ev = webhook_deliveries.c, webhook_endpoints.c, webhook_events.c
+        with self.db.read() as conn:  # most rounds find nothing: a read, not a write lock (SQLite has one)
+            clock = self.db.clock(conn)
+            if conn.execute(sa.select(d.event_id).where(d.state == PENDING, d.next_attempt_at <= clock)
+                            .limit(1)).first() is None:
+                return []
         token = secrets.token_hex(16)
         with self.db.write() as conn:
             clock = self.db.clock(conn)
