@@ -109,7 +109,7 @@ class WebhookDelivery:
             blocked = _found_blocked(exc)
             if blocked is not None:
                 return "refused", None, f"not sent: the endpoint's host {blocked}"[:_MAX_ERROR_CHARS]
-            return "failed", None, f"{exc.__class__.__name__}: {exc}"[:_MAX_ERROR_CHARS]
+            return "failed", None, f"{exc.__class__.__name__}: {exc or 'no detail'}"[:_MAX_ERROR_CHARS]
         if 200 <= status_code < 300:
             return DELIVERED, status_code, None
         return "failed", status_code, f"the endpoint answered {status_code}"

@@ -101,13 +101,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(200)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # a delivery loop opens up to 32 connections at once
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    server = ThreadingHTTPServer((args.host, args.port), _Handler)
-    server.daemon_threads = True
+    server = _Server((args.host, args.port), _Handler)
     print(f"READY port={server.server_address[1]}", flush=True)
     server.serve_forever()
 
