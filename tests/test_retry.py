@@ -201,3 +201,20 @@ def test_expired_batch_retries_what_the_window_left_unrun(make_server, engine):
     taken = [orjson.loads(x)["custom_id"] for x in _input_lines(server, answer.json())]
     assert taken == expired  # in input order, which sorts the same here
     assert answer.json()["metadata"] == {"retry_of": batch["id"]}  # the source had no tags
+
+
+def test_a_create_rerun_with_its_key_finds_the_first_batch_not_its_retry(server, engine, tmp_path):
+    """`orl batches create --idempotency-key K` tags the batch with K, and a retry keeps the tags: the create run
+    again must still find the first batch's input, not the retry's."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(orjson.dumps(chat("k-ok", "fine")) + b"\n" + orjson.dumps(chat("k-bad", "no #status=400")) + b"\n")
+    args = ("batches", "create", "--input-file", str(path), "--idempotency-key", "nightly-7")
+    first = server.orl(*args)
+    assert first.returncode == 0, first.stderr
+    batch = server.wait(orjson.loads(first.stdout)["id"])
+    retried = server.orl("batches", "retry", batch["id"])
+    assert retried.returncode == 0, retried.stderr
+    assert "nightly-7" in orjson.loads(retried.stdout)["metadata"]["tags"]
+    again = server.orl(*args)
+    assert again.returncode == 0, again.stderr
+    assert orjson.loads(again.stdout)["id"] == batch["id"] and "uploaded" not in again.stderr

@@ -91,13 +91,15 @@ def _earlier_input_file(client: ApiClient, idempotency_key: str) -> str | None:
     server answers with the stored batch instead of a second one.
     """
     try:
-        found = client.get("batches", {"tag": idempotency_key, "limit": 1}).get("data") or []
+        page = client.get("batches", {"tag": idempotency_key, "limit": 100}).get("data") or []
     except ApiError as exc:
         if exc.status != 403:
             raise
         # A key without batch.read can still create: it just cannot look for an earlier attempt.
         say(f"cannot look for an earlier batch with idempotency key {idempotency_key!r}: {exc.message}")
         return None
+    # A batch `orl batches retry` made of the first one's failures carries its tags too, the key among them.
+    found = [b for b in page if "retry_of" not in (b.get("metadata") or {})]
     if not found:
         return None
     say(f"batch {found[0]['id']} already has idempotency key {idempotency_key!r}; "
