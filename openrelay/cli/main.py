@@ -9,13 +9,15 @@ from typing import Annotated
 
 import typer
 
-from . import admin, batches, files, models
+from . import admin, batch_results, batches, files, models
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(help="OpenRelay Batches: OpenAI-compatible batch inference.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 app.add_typer(batches.app, name="batches")
+batches.app.command("results")(batch_results.results)
+batches.app.command("retry")(batch_results.retry)
 app.add_typer(files.app, name="files")
 app.add_typer(admin.app, name="admin")
 app.command("models")(models.models)
