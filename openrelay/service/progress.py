@@ -52,6 +52,24 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
     return numbers
 
 
+# A model's queue, as last read by this process: (monotonic time read, its live states). Polls within
+# QUEUE_REUSE_SECONDS of a read reuse it instead of reading the model's live batches again: a page of 20 queued
+# batches, polled in a loop, would otherwise read the whole queue each time (bench/bench_polling.py). Positions are
+# at most this stale; a batch's own row (its status, whether it started, its rates) is always read fresh.
+QUEUE_REUSE_SECONDS = 0.25
+_queues: dict[str, tuple[float, dict[str, LiveState]]] = {}
+
+
+def _queue_plan(model: str) -> Plan[dict[str, LiveState]]:
+    found = _queues.get(model)
+    clock = time.monotonic()
+    if found is not None and clock - found[0] < QUEUE_REUSE_SECONDS:
+        return found[1]
+    live = yield from queue_plan(model)
+    _queues[model] = (clock, live)
+    return live
+
+
 def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
     """``batch`` as the API shows it, with its ``openrelay`` numbers; reads only when it is queued."""
     answer = batch.as_api()
@@ -59,7 +77,7 @@ def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
     if batch.status.value in _LIVE:
         state = LiveState(position=None, started=batch.started, window=batch.throughput_window)
         if not batch.started and batch.status is BatchStatus.IN_PROGRESS:
-            state = (yield from queue_plan(batch.model)).get(batch.id, state)
+            state = (yield from _queue_plan(batch.model)).get(batch.id, state)
     answer["openrelay"] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
                                            total=batch.total, settled=batch.completed + batch.failed,
                                            state=state, now=time.time())
@@ -83,7 +101,7 @@ def page_answer_plan(rt: Runtime, key: ApiKey, **query: Any) -> Plan[dict[str, A
     rows: list[dict[str, Any]] = page["data"]
     live: dict[str, LiveState] = {}
     for model in sorted({row["model"] for row in rows if row["status"] in _LIVE}):
-        live.update((yield from queue_plan(model)))
+        live.update((yield from _queue_plan(model)))
     now = time.time()
     for row in rows:
         counts = row["request_counts"]

@@ -12,10 +12,9 @@ meanwhile: an end can only move a queued batch forward.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -39,37 +38,47 @@ class LiveBatch:
     started: bool
     status: str
 
-    @property
-    def queued(self) -> bool:
-        return not self.started and self.status == BatchStatus.IN_PROGRESS.value
+
+_IN_PROGRESS = BatchStatus.IN_PROGRESS.value
+_EXPEDITED = Priority.EXPEDITED.value
 
 
 def queue_order(live: Iterable[LiveBatch]) -> dict[str, int]:
     """Each queued batch's position (1 = taken next) among the given live batches of one model."""
-    rows = list(live)
-    running: dict[str, int] = defaultdict(int)
+    return _positions([(b.id, b.org_id, b.priority, b.created_ns, b.started, b.status) for b in live])
+
+
+def _positions(rows: Sequence[Sequence[Any]]) -> dict[str, int]:
+    """``queue_order`` of rows that begin (id, org_id, priority, created_ns, started, status): plain tuples, since
+    a poll of a queued batch runs this over every live batch of its model."""
+    running: dict[str, int] = {}
+    expedited: list[tuple[int, str, str]] = []
+    standard: list[tuple[int, str, str]] = []
     for row in rows:
-        if row.started:
-            running[row.org_id] += 1
-    order: list[tuple[int, int, str]] = []
+        if row[4]:
+            running[row[1]] = running.get(row[1], 0) + 1
+        elif row[5] == _IN_PROGRESS:
+            (expedited if row[2] == _EXPEDITED else standard).append((row[3], row[0], row[1]))
     positions: dict[str, int] = {}
-    for tier in (Priority.EXPEDITED.value, Priority.STANDARD.value):
-        by_org: dict[str, list[LiveBatch]] = defaultdict(list)
-        for row in sorted((r for r in rows if r.queued and r.priority == tier), key=lambda r: (r.created_ns, r.id)):
-            by_org[row.org_id].append(row)
+    for tier in (expedited, standard):
+        tier.sort()
         # An organization's k-th queued batch is claimed when k of its batches have started before it: its key is
         # (running + k, created). Each organization's keys rise, so the claims' picks are the keys sorted.
-        order = []
-        for org, queued in by_org.items():
-            order += [(running[org] + k, row.created_ns, row.id) for k, row in enumerate(queued)]
-            running[org] += len(queued)  # started before any batch of the next tier
-        for _key, _created, batch_id in sorted(order):
+        taken: dict[str, int] = {}
+        keys = []
+        for created_ns, batch_id, org in tier:
+            k = taken.get(org, 0)
+            taken[org] = k + 1
+            keys.append((running.get(org, 0) + k, created_ns, batch_id))
+        for org, k in taken.items():
+            running[org] = running.get(org, 0) + k  # started before any batch of the next tier
+        keys.sort()
+        for _key, _created, batch_id in keys:
             positions[batch_id] = len(positions) + 1
     return positions
 
 
-@dataclass(frozen=True, slots=True)
-class LiveState:
+class LiveState(NamedTuple):
     """What a live batch's progress numbers need beyond its API fields: its place in the queue (None unless
     queued), whether a worker took it, and its rolling record."""
 
@@ -91,6 +100,6 @@ _LIVE_OF_MODEL = _live_of_model()
 def queue_plan(model: str) -> Plan[dict[str, LiveState]]:
     """Every live batch of ``model``, by id, with its queue position (``queue_order``): one read."""
     rows: list[tuple[Any, ...]] = yield All(_LIVE_OF_MODEL, {"model": model})
-    positions = queue_order(LiveBatch(id=r[0], org_id=r[1], priority=r[2], created_ns=int(r[3]),
-                                      started=bool(r[4]), status=r[5]) for r in rows)
-    return {r[0]: LiveState(position=positions.get(r[0]), started=bool(r[4]), window=r[6]) for r in rows}
+    positions = _positions(rows)
+    get = positions.get
+    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[6]) for r in rows}
