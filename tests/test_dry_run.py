@@ -176,3 +176,39 @@ def test_ocr_counts_by_the_engines_rule(builtin):
     estimate = answer.json()["openrelay"]["estimate"]
     assert estimate["tokens_counted"] == "exact"
     assert estimate["input_tokens"] == 85 + -(-len(text) // 4)
+
+
+# -- the output limit, as a function -----------------------------------------------------------------------------
+
+def test_output_limit_comes_from_the_record_else_the_models_default():
+    from openrelay.catalog import parse_catalog
+    from openrelay.errors import CatalogError
+    from openrelay.service.estimate import DEFAULT_MAX_TOKENS, output_limit
+
+    catalog = parse_catalog('''
+[[models]]
+name = "remote"
+endpoints = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
+default_max_tokens = 2048
+engine = { kind = "openai", base_url = "http://127.0.0.1:9/v1" }
+
+[[models]]
+name = "plain"
+engine = { kind = "openai", base_url = "http://127.0.0.1:9/v1" }
+
+[[models]]
+name = "local"
+engine = { kind = "llama-cpp", gguf = "x.gguf", max_tokens = 300 }
+''')
+    remote, plain, local = (catalog.models[n] for n in ("remote", "plain", "local"))
+    chat = "/v1/chat/completions"
+    assert output_limit(chat, {"max_completion_tokens": 7, "max_tokens": 9}, remote) == 7
+    assert output_limit(chat, {"max_tokens": 9}, remote) == 9
+    assert output_limit(chat, {}, remote) == 2048
+    assert output_limit(chat, {"max_tokens": 0}, remote) == 2048  # not a limit the engine would honor
+    assert output_limit("/v1/responses", {"max_output_tokens": 5, "max_tokens": 9}, remote) == 5
+    assert output_limit("/v1/embeddings", {"max_tokens": 9}, remote) == 0
+    assert output_limit(chat, {}, plain) == DEFAULT_MAX_TOKENS
+    assert output_limit(chat, {}, local) == 300  # the llama-cpp engine's own default
+    with pytest.raises(CatalogError, match="default_max_tokens"):
+        parse_catalog('[[models]]\nname = "m"\ndefault_max_tokens = 0\nengine = { kind = "openai" }\n')

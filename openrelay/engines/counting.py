@@ -171,9 +171,12 @@ class _LlamaChat:
         messages = body.get("messages")
         if endpoint != "/v1/chat/completions" or not isinstance(messages, list) or not messages:
             return Count(approximate_tokens(endpoint, body), exact=False)
-        from llama_cpp import llama_chat_format
+        try:
+            from llama_cpp import llama_chat_format
 
-        llama = self._loaded()
+            llama = self._loaded()
+        except Exception:  # noqa: BLE001 - llama.cpp missing or the model unloadable here: count by the rule
+            return Count(approximate_tokens(endpoint, body), exact=False)
         handler = (llama._chat_handlers.get(llama.chat_format)
                    or llama_chat_format.get_chat_completion_handler(llama.chat_format))
         try:
