@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT",
+__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "WEBHOOK_ATTEMPTS",
            "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
@@ -23,6 +23,9 @@ ENGINE_UP = Gauge("openrelay_engine_up", "1 while this process's workers send to
                   "dispatch is paused for an outage.", ["model"])
 ENGINE_IN_FLIGHT = Gauge("openrelay_engine_requests_in_flight", "Requests this process's workers have in flight to "
                          "the model's engine.", ["model"])
+WEBHOOK_ATTEMPTS = Counter("openrelay_webhook_attempts_total", "Webhook deliveries this process's workers attempted, "
+                           "by outcome: delivered (2xx), failed (another answer or none), refused (an address the "
+                           "network rules refuse).", ["outcome"])
 
 
 class _QueueDepths(Collector):

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import schemathesis
@@ -294,6 +295,11 @@ def test_a_failing_receiver_gets_the_event_again_with_backoff(org: Server, recei
     assert {a["delivery_state"] for a in log} == {"delivered"} and {a["org_id"] for a in log} == {log[0]["org_id"]}
     assert log[1]["error"] == "the endpoint answered 503" and log[0]["error"] is None
     assert delivery_log(org, "--event", events[0]["id"]) == log
+    metrics = httpx.get(org.base_url.removesuffix("/v1") + "/metrics", timeout=30).text.splitlines()  # all tests'
+    counted = {o: float(next(line.split()[-1] for line in metrics
+                             if line.startswith(f'openrelay_webhook_attempts_total{{outcome="{o}"}}')))
+               for o in ("delivered", "failed")}
+    assert counted["delivered"] >= 1 and counted["failed"] >= 3
 
 
 def test_delivery_gives_up_after_its_window(make_server, engine_url: str, receiver: Receiver) -> None:

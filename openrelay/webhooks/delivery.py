@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..catalog import Catalog
 from ..config import Settings
+from ..metrics import WEBHOOK_ATTEMPTS
 from ..store.webhooks import DELIVERED, DueDelivery, WebhookStore
 from ..worker.tool_http import BlockedAddress
 from .network import webhook_client
@@ -92,6 +93,7 @@ class WebhookDelivery:
             self.store.record_attempt, due, outcome=outcome, status_code=status_code, error=error,
             duration_ms=duration_ms, retry_in=retry_delay(self.settings, due.attempt) if retry else None,
             give_up_after=self.settings.webhook_give_up_seconds)
+        WEBHOOK_ATTEMPTS.labels(outcome).inc()
         if outcome != DELIVERED:
             log.warning("webhook %s to %s (attempt %d): %s; delivery %s", due.event_id, due.url, due.attempt,
                         error, state)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -104,6 +105,11 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # a delivery loop opens up to 32 connections at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A sender that hung up before reading the answer (OpenRelay does not read it) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def main() -> None:
