@@ -1,4 +1,4 @@
-"""`orl admin`: organizations, keys, budgets and feature switches, straight on the store.
+"""`orl admin`: organizations, keys, budgets, feature switches and webhook endpoints, straight on the store.
 
 Safe while `orl serve` runs on the same store: every change is one short transaction.
 """
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["app"]
 
-app = typer.Typer(help="Operate on the store directly: organizations and API keys.", no_args_is_help=True)
+app = typer.Typer(help="Operate on the store directly: organizations, API keys and webhooks.",
+                  no_args_is_help=True)
 org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys.", no_args_is_help=True)
 app.add_typer(org_app, name="org")
