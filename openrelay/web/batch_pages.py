@@ -1,5 +1,6 @@
 """The batch detail page (``/batches/{id}``) and what it does: its live part, the record browser, one record's
-request, cancel and the metadata editor. Everything is read and changed through the API's service functions."""
+request, cancel, retrying an ended batch's failures and the metadata editor. Everything is read and changed
+through the API's service functions."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..errors import InvalidRequest, OpenRelayError
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import records as record_service
+from ..service import retry as retry_service
 from ..types import Batch, Scope, tag_list
 from .pages import Signed, dashboard_route, redirect, render, url_with
 from .views import BatchView
@@ -60,7 +62,18 @@ def add_routes(router: APIRouter, rt: Runtime) -> None:
             return await _detail_page(rt, request, signed, batch, status=400, problem=exc.message)
         return redirect(f"/batches/{batch_id}#metadata")
 
+    async def retry(request: Request, signed: Signed, batch_id: str) -> Response:
+        try:
+            made = await run_in_threadpool(retry_service.retry_batch, rt, signed.key, batch_id, b"")
+        except OpenRelayError as exc:
+            if exc.status not in (400, 402, 409, 413):
+                raise
+            batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+            return await _detail_page(rt, request, signed, batch, status=exc.status, problem=exc.message)
+        return redirect(f"/batches/{orjson.loads(made)['id']}")
+
     router.add_route("/batches/{batch_id}", dashboard_route(rt)(detail), methods=["GET"])
+    router.add_route("/batches/{batch_id}/retry", dashboard_route(rt, write=True)(retry), methods=["POST"])
     router.add_route("/batches/{batch_id}/request", dashboard_route(rt)(request_of), methods=["GET"])
     router.add_route("/batches/{batch_id}/cancel", dashboard_route(rt, write=True)(cancel), methods=["POST"])
     router.add_route("/batches/{batch_id}/metadata", dashboard_route(rt, write=True)(metadata),
