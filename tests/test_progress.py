@@ -10,6 +10,8 @@ import os
 import subprocess
 import time
 
+import httpx
+
 from openrelay.store.queue import LiveBatch, queue_order
 from openrelay.store.throughput import WINDOW_SECONDS, add_flush, window_totals
 from tests.support.execution import chat, create, get, wait_for
@@ -215,3 +217,36 @@ def test_the_rolling_record_keeps_only_the_last_minute():
     assert window_totals(window, 1299.9) == (2 * 3 * WINDOW_SECONDS, 10 * 3 * WINDOW_SECONDS)
     assert window_totals(window, 1299.9 + WINDOW_SECONDS) == (0, 0)  # a minute of nothing: known to be zero
     assert window_totals(None, 1299.9) is None  # nothing ever flushed: unknown
+
+
+def _signed_in(server) -> httpx.Client:
+    """A dashboard session of the test's organization, over plain HTTP."""
+    client = httpx.Client(base_url=server.base_url.removesuffix("/v1"), timeout=30)
+    client.get("/login")
+    token = client.cookies["orl_login"]
+    signed = client.post("/login", data={"csrf": token, "api_key": server.api_key})
+    assert signed.status_code in (302, 303), signed.text
+    return client
+
+
+def test_the_dashboard_shows_the_same_numbers(server, engine):
+    hold = [create(server, [chat(f"d{i}", f"dash {i} #hold=dash") for i in range(3)]) for _ in range(2)]
+    for batch in hold:
+        _running(server, batch["id"])
+    engine.wait_held("dash", 6)
+    queued = create(server, [chat("dq", "queued")])
+    _queued(server, queued["id"])
+    engine.release("dash", count=2)
+    wait_for(lambda: _numbers(server, hold[0]["id"])["records_per_second"] or
+             _numbers(server, hold[1]["id"])["records_per_second"], "a first rate")
+    client = _signed_in(server)
+    try:
+        live = client.get(f"/batches/{queued['id']}", params={"fragment": "live"}).text
+        assert 'data-live="queue-position">1<' in live
+        running = next(b for b in hold if _numbers(server, b["id"])["records_per_second"])
+        live = client.get(f"/batches/{running['id']}", params={"fragment": "live"}).text
+        assert 'data-live="records-per-second">' in live and "tokens/s over the last minute" in live
+        assert 'data-live="queue-position">#1<' in client.get("/").text  # the Batch page's row
+    finally:
+        client.close()
+    engine.release("dash")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..runtime import Runtime
@@ -23,8 +24,8 @@ from ..store.throughput import WINDOW_SECONDS, window_totals
 from ..types import ApiKey, Batch, BatchStatus, unknown_progress
 from .batches import get_batch_plan, list_batches_plan
 
-__all__ = ["progress_numbers", "batch_answer_plan", "page_answer_plan", "answer_plan",
-           "answer_of"]
+__all__ = ["progress_numbers", "batch_answer_plan", "page_answer_plan", "answer_plan", "answer_of",
+           "numbers_plan", "numbers_of"]
 
 _RUNNING = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value)  # records may still be settling
 _LIVE = (*_RUNNING, BatchStatus.FINALIZING.value)
@@ -70,17 +71,34 @@ def _queue_plan(model: str) -> Plan[dict[str, LiveState]]:
     return live
 
 
+def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
+    """The ``openrelay`` numbers of each batch record, by id; one read per model among the queued ones."""
+    live: dict[str, LiveState] = {}
+    for model in sorted({b.model for b in found if b.status is BatchStatus.IN_PROGRESS and not b.started}):
+        live.update((yield from _queue_plan(model)))
+    now = time.time()
+    numbers = {}
+    for batch in found:
+        state = None
+        if batch.status.value in _LIVE:
+            state = LiveState(position=None, started=batch.started, window=batch.throughput_window)
+            if not batch.started:
+                state = live.get(batch.id, state)
+        numbers[batch.id] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
+                                             total=batch.total, settled=batch.completed + batch.failed,
+                                             state=state, now=now)
+    return numbers
+
+
+def numbers_of(rt: Runtime, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
+    """``numbers_plan`` run here (the dashboard's pages)."""
+    return run_plan(rt.db, numbers_plan(found))
+
+
 def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
     """``batch`` as the API shows it, with its ``openrelay`` numbers; reads only when it is queued."""
     answer = batch.as_api()
-    state = None
-    if batch.status.value in _LIVE:
-        state = LiveState(position=None, started=batch.started, window=batch.throughput_window)
-        if not batch.started and batch.status is BatchStatus.IN_PROGRESS:
-            state = (yield from _queue_plan(batch.model)).get(batch.id, state)
-    answer["openrelay"] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
-                                           total=batch.total, settled=batch.completed + batch.failed,
-                                           state=state, now=time.time())
+    answer["openrelay"] = (yield from numbers_plan([batch]))[batch.id]
     return answer
 
 

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from ..errors import InvalidRequest, OpenRelayError
 from ..runtime import Runtime
 from ..service import batches as batch_service
+from ..service import progress as progress_service
 from ..service import records as record_service
 from ..service import retry as retry_service
 from ..types import Batch, Scope, tag_list
@@ -31,7 +32,8 @@ RECORDS_PAGE = 20
 def add_routes(router: APIRouter, rt: Runtime) -> None:
     async def detail(request: Request, signed: Signed, batch_id: str) -> Response:
         batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
-        view = BatchView(batch, time.time())
+        progress = (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id]
+        view = BatchView(batch, time.time(), progress)
         if request.query_params.get("fragment") == "live":
             return render("_batch_live.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS)
         return await _detail_page(rt, request, signed, batch)
@@ -100,7 +102,7 @@ def _metadata_from_editor(form: Any) -> dict[str, str]:
 async def _detail_page(rt: Runtime, request: Request, signed: Signed, batch: Batch, *, status: int = 200,
                        problem: str | None = None) -> Response:
     q = request.query_params
-    view = BatchView(batch, time.time())
+    view = BatchView(batch, time.time(), (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id])
     browse = {"kind": q.get("kind") or "all", "code": q.get("code") or None, "custom_id": q.get("cid") or None,
               "cursor": q.get("at") or None}
     records = summary = None

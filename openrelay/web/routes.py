@@ -21,6 +21,7 @@ from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import dashboard
 from ..service import files as file_service
+from ..service import progress as progress_service
 from ..service.sessions import SESSION_SECONDS, sign_in, sign_out
 from ..types import Scope
 from . import batch_pages
@@ -124,8 +125,9 @@ def _list_routes(router: APIRouter, rt: Runtime) -> None:
         after = request.query_params.get("after") or None
         page = await run_in_threadpool(dashboard.list_batch_page, rt, signed.key, query, limit=PAGE_SIZE,
                                        after=after)
+        numbers = await run_in_threadpool(progress_service.numbers_of, rt, page.batches)
         now = time.time()
-        views = [BatchView(b, now) for b in page.batches]
+        views = [BatchView(b, now, numbers[b.id]) for b in page.batches]
         params = list(request.query_params.multi_items())
         context: dict[str, Any] = dict(
             signed=signed, page=page, rows=views, query=query, params=params, url_with=url_with,

@@ -84,6 +84,7 @@ class BatchView:
 
     batch: Batch
     now: float
+    progress: dict[str, Any] | None = None  # its openrelay numbers (service/progress.py), as the API shows them
 
     @property
     def status(self) -> str:
@@ -124,14 +125,23 @@ class BatchView:
 
     @property
     def eta(self) -> float | None:
-        """Seconds left at the rate records settled since the first started; None unless running."""
-        b = self.batch
-        done = b.completed + b.failed - b.rejected_count
-        left = b.total - b.completed - b.failed
-        if self.status != "running" or done <= 0 or left <= 0:
-            return None
-        elapsed = max(1.0, self.now - (b.in_progress_at or self.now))
-        return left / (done / elapsed)
+        """The API's ``eta_seconds``: the records left at the last minute's rate; None unless running."""
+        return self._number("eta_seconds")
+
+    @property
+    def queue_position(self) -> int | None:
+        return self._number("queue_position")
+
+    @property
+    def records_per_second(self) -> float | None:
+        return self._number("records_per_second")
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self._number("tokens_per_second")
+
+    def _number(self, name: str) -> Any:
+        return None if self.progress is None else self.progress.get(name)
 
     def percent(self, part: int) -> float:
         return 0.0 if not self.batch.total else round(100.0 * part / self.batch.total, 2)
