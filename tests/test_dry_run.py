@@ -212,3 +212,27 @@ engine = { kind = "llama-cpp", gguf = "x.gguf", max_tokens = 300 }
     assert output_limit(chat, {}, local) == 300  # the llama-cpp engine's own default
     with pytest.raises(CatalogError, match="default_max_tokens"):
         parse_catalog('[[models]]\nname = "m"\ndefault_max_tokens = 0\nengine = { kind = "openai" }\n')
+
+
+def test_the_dashboards_new_page_estimates_without_creating(server):
+    import re
+
+    import httpx
+
+    data = b"".join(orjson.dumps(_with(chat(f"r{i}", "hello world"), max_tokens=5)) + b"\n" for i in range(2))
+    uploaded = server.http("POST", "/files", files={"file": ("in.jsonl", data)}, data={"purpose": "batch"}).json()
+    client = httpx.Client(base_url=server.base_url.removesuffix("/v1"), timeout=30)
+    try:
+        client.get("/login")
+        client.post("/login", data={"csrf": client.cookies["orl_login"], "api_key": server.api_key})
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/new").text).group(1)
+        page = client.post("/new", data={"csrf": csrf, "input_file_id": uploaded["id"],
+                                         "endpoint": "/v1/chat/completions", "priority": "standard",
+                                         "dry_run": "1"})
+    finally:
+        client.close()
+    assert page.status_code == 200, page.text
+    assert "Estimate · nothing was created" in page.text
+    assert f'data-estimate="input_tokens">{2 * HELLO_TOKENS} (approximate)' in page.text
+    assert 'data-estimate="max_output_tokens">10<' in page.text
+    assert server.http("GET", "/batches").json()["data"] == []

@@ -176,6 +176,9 @@ def _new_routes(router: APIRouter, rt: Runtime) -> None:
         body: dict[str, Any] = {"input_file_id": form.get("input_file_id") or "",
                                 "endpoint": form.get("endpoint") or "", "completion_window": "24h",
                                 "priority": form.get("priority") or "standard"}
+        dry_run = bool(form.get("dry_run"))  # the "Estimate" button: checks and prices, creates nothing
+        if dry_run:
+            body["dry_run"] = True
         try:
             metadata = _metadata_from_form(form.get("metadata"), form.get("tags"))
             if metadata:
@@ -189,6 +192,8 @@ def _new_routes(router: APIRouter, rt: Runtime) -> None:
                 raise
             return await _render_new(rt, request, signed, status=exc.status, failed=exc, form=form)
         created = orjson.loads(answer)
+        if dry_run:
+            return await _render_new(rt, request, signed, estimate=created, form=form)
         return render("created.html", signed=signed, batch=created,
                       rejected=created.get("rejected_records") or [])
 
@@ -199,7 +204,7 @@ def _new_routes(router: APIRouter, rt: Runtime) -> None:
 
 async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: int = 200,
                       refused: NoValidRecords | None = None, failed: OpenRelayError | None = None,
-                      form: Any = None) -> Response:
+                      form: Any = None, estimate: dict[str, Any] | None = None) -> Response:
     options = await run_in_threadpool(dashboard.create_options, rt, signed.key)
     files: list[dict[str, Any]] = []
     if signed.can(Scope.FILES_READ):
@@ -209,7 +214,7 @@ async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: 
     chosen = (form.get("input_file_id") if form is not None else None) or request.query_params.get("input_file_id")
     return render("new.html", status, signed=signed, options=options, files=files, chosen=chosen,
                   idempotency_key=str(uuid.uuid4()), refused=refused, failed=failed,
-                  form=form or {})
+                  form=form or {}, estimate=estimate)
 
 
 # -- files ----------------------------------------------------------------------------------------------------
