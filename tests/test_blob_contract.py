@@ -113,7 +113,7 @@ def test_open_seeks_to_an_offset(backend: Backend) -> None:
 
 @pytest.mark.parametrize("size", [10, BIG], ids=["small", "multipart"])
 def test_a_failed_writer_leaves_nothing(backend: Backend, size: int) -> None:
-    key = keys.chunk_key("b1", 1, "out")
+    key = keys.chunk_key("b1", 1, "out", "run")
     with pytest.raises(RuntimeError), backend.blobs.writer(key) as out:
         out.write(payload(size))
         raise RuntimeError("the writer's caller failed midway")
@@ -161,10 +161,10 @@ def test_missing_keys(backend: Backend) -> None:
 
 
 def test_compose_concatenates_chunks_in_order(backend: Backend) -> None:
-    sources = {keys.chunk_key("b1", 0, "out"): payload(PART + 123, seed=0),  # more than a part
-               keys.chunk_key("b1", 1, "out"): b"",
-               keys.chunk_key("b1", 2, "out"): payload(1000, seed=2),
-               keys.chunk_key("b1", 3, "out"): payload(PART * 2, seed=3)}
+    sources = {keys.chunk_key("b1", 0, "out", "run"): payload(PART + 123, seed=0),  # more than a part
+               keys.chunk_key("b1", 1, "out", "run"): b"",
+               keys.chunk_key("b1", 2, "out", "run"): payload(1000, seed=2),
+               keys.chunk_key("b1", 3, "out", "run"): payload(PART * 2, seed=3)}
     for key, data in sources.items():
         write(backend.blobs, key, data)
     size = backend.blobs.compose(keys.output_key("b1"), list(sources))
@@ -177,11 +177,11 @@ def test_compose_concatenates_chunks_in_order(backend: Backend) -> None:
 
 
 def test_compose_with_a_missing_source_writes_nothing(backend: Backend) -> None:
-    write(backend.blobs, keys.chunk_key("b1", 0, "out"), payload(PART + 1))
+    write(backend.blobs, keys.chunk_key("b1", 0, "out", "run"), payload(PART + 1))
     with pytest.raises(BlobMissing):
-        backend.blobs.compose(keys.output_key("b1"), [keys.chunk_key("b1", 0, "out"),
-                                                      keys.chunk_key("b1", 1, "out")])
-    assert backend.stored() == [keys.chunk_key("b1", 0, "out")]
+        backend.blobs.compose(keys.output_key("b1"), [keys.chunk_key("b1", 0, "out", "run"),
+                                                      keys.chunk_key("b1", 1, "out", "run")])
+    assert backend.stored() == [keys.chunk_key("b1", 0, "out", "run")]
     assert backend.unfinished_uploads() == []
 
 
@@ -196,12 +196,12 @@ def test_delete_removes_every_byte_of_a_blob(backend: Backend) -> None:
 
 def test_the_layout_is_the_keys(backend: Backend) -> None:
     """Both stores keep every key at the same place under their root (the local directory or the prefix)."""
-    written = [keys.file_key("file-1"), keys.rejections_key("b1"), keys.chunk_key("b1", 7, "err"),
+    written = [keys.file_key("file-1"), keys.rejections_key("b1"), keys.chunk_key("b1", 7, "err", "a1b2"),
                keys.tail_key("b1"), keys.output_key("b1"), keys.error_key("b1")]
     for key in written:
         write(backend.blobs, key, b"x\n")
     assert backend.stored() == sorted(written)
-    assert keys.chunk_key("b1", 7, "err") == "batches/b1/chunks/000007.err.jsonl"
+    assert keys.chunk_key("b1", 7, "err", "a1b2") == "batches/b1/chunks/000007.a1b2.err.jsonl"
     assert keys.file_key("file-1") == "files/file-1"
 
 

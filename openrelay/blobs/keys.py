@@ -2,7 +2,10 @@
 
     files/<file id>                                   an uploaded file, or a create's inline records
     batches/<batch id>/rejections.jsonl               records the create refused
-    batches/<batch id>/chunks/<seq>.<out|err>.jsonl   result lines made durable while the batch ran
+    batches/<batch id>/chunks/<seq>.<run>.<out|err>.jsonl
+                                                      result lines made durable while the batch ran; <run> is
+                                                      the writing run's own token, so a run that lost its lease
+                                                      can never overwrite the chunk another run committed
     batches/<batch id>/unrun.jsonl                    error lines of records never run (cancelled, expired)
     batches/<batch id>/output.jsonl                   the output file: every ``out`` chunk, in order
     batches/<batch id>/error.jsonl                    the error file: every ``err`` chunk, then the unrun lines
@@ -23,8 +26,8 @@ def rejections_key(batch_id: str) -> str:
     return f"batches/{batch_id}/rejections.jsonl"
 
 
-def chunk_key(batch_id: str, seq: int, kind: str) -> str:
-    return f"batches/{batch_id}/chunks/{seq:06d}.{kind}.jsonl"
+def chunk_key(batch_id: str, seq: int, kind: str, run: str) -> str:
+    return f"batches/{batch_id}/chunks/{seq:06d}.{run}.{kind}.jsonl"
 
 
 def tail_key(batch_id: str) -> str:

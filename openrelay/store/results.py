@@ -75,11 +75,15 @@ class Results:
 
     def commit_chunk(self, batch_id: str, worker_id: str, key_id: str, chunk: Chunk) -> None:
         """Idempotent per (batch, seq): a retry of a chunk whose commit did land (the answer was lost) adds
-        nothing again."""
+        nothing again. A chunk of that seq from another run (its blob keys differ: ``blobs.keys.chunk_key``)
+        means this run's lease was lost, whoever holds it now: ``LeaseLost``."""
         with self.db.write() as conn:
-            if conn.execute(sa.select(batch_chunks.c.seq).where(batch_chunks.c.batch_id == batch_id,
-                                                                batch_chunks.c.seq == chunk.seq)).first():
-                return
+            landed = conn.execute(sa.select(batch_chunks.c.out_key, batch_chunks.c.err_key).where(
+                batch_chunks.c.batch_id == batch_id, batch_chunks.c.seq == chunk.seq)).first()
+            if landed is not None:
+                if tuple(landed) == (chunk.out_key, chunk.err_key):
+                    return
+                raise LeaseLost(f"batch {batch_id}: chunk {chunk.seq} was written by another run")
             window = conn.execute(sa.select(batches.c.throughput_window)
                                   .where(batches.c.id == batch_id)).scalar()
             done = conn.execute(batches.update().where(

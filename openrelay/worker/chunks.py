@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ class ChunkWriter:
         self.model = model
         self.settings = rt.settings
         self._seq = last_seq
+        self._run = secrets.token_hex(4)  # in this run's chunk keys: no other run writes the same blob
         self._pending = _Pending()
         self._unwritten: tuple[int, _Pending] | None = None  # a chunk whose write failed, written again as is
         self._wake = asyncio.Event()
@@ -139,7 +141,7 @@ class ChunkWriter:
         sizes: dict[str, int | None] = {"out": None, "err": None}
         for lines, kind in ((pending.out, "out"), (pending.err, "err")):
             if lines:
-                key = chunk_key(self.batch.id, seq, kind)
+                key = chunk_key(self.batch.id, seq, kind, self._run)
                 data = b"".join(lines)
                 with self.rt.blobs.writer(key) as handle:
                     handle.write(data)
@@ -148,6 +150,12 @@ class ChunkWriter:
                       completed=len(pending.out), failed=len(pending.err), input_tokens=pending.input_tokens,
                       output_tokens=pending.output_tokens, cost_nano_usd=pending.cost, out_bytes=sizes["out"],
                       err_bytes=sizes["err"])
-        self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
+        try:
+            self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
+        except LeaseLost:  # another run holds the batch: these blobs are no chunk's; nothing reads them
+            for key in filter(None, keys.values()):
+                with contextlib.suppress(Exception):
+                    self.rt.blobs.delete(key)
+            raise
         RECORDS.labels(self.model, "completed").inc(chunk.completed)
         RECORDS.labels(self.model, "failed").inc(chunk.failed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..blobs.keys import chunk_key, error_key, output_key, tail_key
+from ..blobs.keys import error_key, output_key, tail_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
 from ..store.results import LeaseLost, ResultFile
@@ -61,8 +61,9 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
     rt.results.settle(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
                       unrun=unrun, errors=errors)
     for chunk in chunks:
-        for kind in ("out", "err"):
-            rt.blobs.delete(chunk_key(batch.id, chunk.seq, kind))
+        for key in (chunk.out_key, chunk.err_key):
+            if key:
+                rt.blobs.delete(key)
     rt.blobs.delete(tail_key(batch.id))
     for file_key in rt.files.orphaned_batch_blobs(batch):
         rt.blobs.delete(file_key)

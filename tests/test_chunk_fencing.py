@@ -1,0 +1,63 @@
+"""A run that lost its lease cannot touch the chunks of the run that holds the batch now.
+
+A worker paused past its lease (a long GC pause, a stopped VM) wakes up with finished records and writes them as
+its next chunk. Another worker holds the batch by then and may have committed a chunk of the same number: the
+stale run's blobs have keys of their own (``blobs.keys.chunk_key`` names the run), so they cannot overwrite the
+committed chunk's, and its commit is refused (``LeaseLost``), so its records are not counted or billed twice.
+The store and blobs here are the server's own, opened in the test process as a second worker would."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from openrelay.blobs.keys import chunk_key
+from openrelay.config import Settings
+from openrelay.runtime import open_runtime
+from openrelay.store.results import Chunk, LeaseLost
+from tests.support.execution import chat, create
+
+
+def _chunk(batch_id: str, run: str, lines: list[int]) -> Chunk:
+    return Chunk(seq=1, out_key=chunk_key(batch_id, 1, "out", run), err_key=None, lines=lines,
+                 completed=len(lines), failed=0, input_tokens=10 * len(lines), output_tokens=len(lines),
+                 cost_nano_usd=0)
+
+
+def test_a_run_past_its_lease_cannot_overwrite_or_double_the_next_runs_chunk(make_server):
+    server = make_server(args=("--no-worker",))  # this test is the only worker
+    batch_id = create(server, [chat(f"r{i}", f"record {i}") for i in range(4)])["id"]
+    rt = open_runtime(Settings.build(data_dir=server.data_dir, database_url=server.database_url,
+                                     catalog_path=server.data_dir / "catalog.toml"))
+    try:
+        rt.batches.promote_validated()
+        slots = {"test/echo": 1}
+        stale = rt.batches.claim("worker-a", slots, lease_seconds=0.05)
+        assert stale is not None and stale.id == batch_id
+        deadline = time.monotonic() + 30
+        while (current := rt.batches.claim("worker-b", slots, lease_seconds=60)) is None:
+            assert time.monotonic() < deadline, "worker-a's lease never lapsed"
+            time.sleep(0.05)
+        assert current.id == batch_id
+
+        held = _chunk(batch_id, "runb", [1, 2])  # worker-b's first chunk: records on lines 1 and 2
+        with rt.blobs.writer(held.out_key) as out:
+            out.write(b'{"custom_id": "r0"}\n{"custom_id": "r1"}\n')
+        rt.results.commit_chunk(batch_id, "worker-b", current.key_id, held)
+        rt.results.commit_chunk(batch_id, "worker-b", current.key_id, held)  # a retried commit: nothing added
+
+        late = _chunk(batch_id, "runa", [1, 2, 3, 4])  # worker-a wakes with all four done, as its chunk 1
+        assert late.out_key != held.out_key
+        with rt.blobs.writer(late.out_key) as out:
+            out.write(b"".join(f'{{"custom_id": "r{i}"}}\n'.encode() for i in range(4)))
+        with pytest.raises(LeaseLost):
+            rt.results.commit_chunk(batch_id, "worker-a", stale.key_id, late)
+
+        with rt.blobs.open(held.out_key) as handle:
+            assert handle.read() == b'{"custom_id": "r0"}\n{"custom_id": "r1"}\n'
+        assert [(c.seq, c.out_key, c.lines) for c in rt.results.chunks(batch_id)] == [(1, held.out_key, [1, 2])]
+        batch = rt.batches.get(current.org_id, batch_id)
+        assert (batch.completed, batch.input_tokens) == (2, 20)
+    finally:
+        rt.db.dispose()
