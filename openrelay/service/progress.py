@@ -56,7 +56,8 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
 # A model's queue, as last read by this process: (monotonic time read, its live states). Polls within
 # QUEUE_REUSE_SECONDS of a read reuse it instead of reading the model's live batches again: a page of 20 queued
 # batches, polled in a loop, would otherwise read the whole queue each time (bench/bench_polling.py). Positions are
-# at most this stale; a batch's own row (its status, whether it started, its rates) is always read fresh.
+# at most this stale. A single batch's poll reads its own row (status, started, rates) fresh; a list page takes
+# started and the rates of its live rows from the same reused read.
 QUEUE_REUSE_SECONDS = 0.25
 _queues: dict[str, tuple[float, dict[str, LiveState]]] = {}
 
