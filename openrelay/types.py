@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +120,9 @@ class Rejection:
         return {"line": self.line, "custom_id": self.custom_id, "code": self.code, "message": self.message}
 
 
+NOT_STORED = "not_stored"  # marks a Batch field the store has no column for
+
+
 @dataclass(frozen=True, kw_only=True)
 class Batch:
     id: str
@@ -156,10 +161,22 @@ class Batch:
     lease_expires_at: float | None = None
     run_failures: int = 0
     throughput_window: str | None = None  # the last minute's durable flushes, as store/throughput.py keeps them
+    # The database's clock minus this machine's, measured when a worker claimed it; not a column (NOT_STORED).
+    clock_skew: float = dataclasses.field(default=0.0, metadata={NOT_STORED: True})
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    def past_window(self) -> bool:
+        """Whether the completion window has passed, by the database's clock (the one every worker's claims
+        judge it by), read through the skew measured at the claim: no round trip, and a machine whose clock
+        runs fast or slow ends the batch when the claims would."""
+        return time.time() + self.clock_skew >= self.expires_at
+
+    def claimed_at(self, db_clock: float) -> Batch:
+        """This batch as claimed when the database's clock read ``db_clock``."""
+        return dataclasses.replace(self, clock_skew=db_clock - time.time())
 
     def as_api(self) -> dict[str, Any]:
         fields = {name: getattr(self, name) for name in BATCH_API_FIELDS}

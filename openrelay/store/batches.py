@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ..errors import Conflict, NotFound
 from ..ids import now
-from ..types import BATCH_API_FIELDS, TERMINAL, Batch, BatchStatus, batch_api
+from ..types import BATCH_API_FIELDS, NOT_STORED, TERMINAL, Batch, BatchStatus, batch_api
 from .compiled import All, CompiledRead, First, Plan, run_plan
 from .db import Database, holds_nul
 from .files import insert_file
@@ -28,20 +28,9 @@ _TERMINAL = tuple(s.value for s in TERMINAL)
 
 
 def batch_from_row(row: Row) -> Batch:
+    """A whole row of ``batches`` (as the worker's claims read it) as the record."""
     m = row._mapping
-    return Batch(
-        **{k: m[k] for k in (
-            "id", "org_id", "key_id", "endpoint", "input_file_id", "input_blob_key", "completion_window",
-            "priority", "model", "created_at", "expires_at", "in_progress_at", "finalizing_at", "completed_at",
-            "failed_at", "expired_at", "cancelling_at", "cancelled_at", "output_file_id", "error_file_id",
-            "total", "completed", "failed", "rejected_count", "rejections_file_id", "input_tokens",
-            "output_tokens", "cost_nano_usd", "lease_owner", "lease_expires_at", "run_failures",
-            "throughput_window")},
-        status=BatchStatus(m["status"]),
-        errors=orjson.loads(m["errors"]) if m["errors"] else None,
-        metadata=orjson.loads(m["metadata"]) if m["metadata"] is not None else None,
-        started=bool(m["started"]),
-    )
+    return _batch_from_values(tuple(m[name] for name in _FIELDS))
 
 
 def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
@@ -57,8 +46,8 @@ def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
     }
 
 
-# The columns the API's reads select, in the order of ``Batch``'s fields (every field is a column).
-_FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
+# The columns the API's reads select, in the order of ``Batch``'s fields (every stored field is a column).
+_FIELDS = tuple(f.name for f in dataclasses.fields(Batch) if not f.metadata.get(NOT_STORED))
 _COLUMNS = tuple(batches.c[name] for name in _FIELDS)
 # The columns a list page selects: only what the API shows (``types.batch_api``), 26 of the 35.
 _API_COLUMNS = tuple(batches.c[name] for name in BATCH_API_FIELDS)
@@ -99,7 +88,8 @@ _STATUSES = {s.value: s for s in BatchStatus}
 def _batch_from_values(values: tuple[Any, ...]) -> Batch:
     """A row of ``_COLUMNS`` as the record. It is filled in directly, as the generated ``__init__`` of a frozen
     dataclass does field by field through ``object.__setattr__``: that costs 4 of the 6 microseconds this takes
-    per row, and a page has 20 rows. Every field is set, since ``_COLUMNS`` has one column per field."""
+    per row, and a page has 20 rows. Every stored field is set, since ``_COLUMNS`` has one column per such field;
+    one the store does not hold (``NOT_STORED``) reads its default from the class."""
     m = dict(zip(_FIELDS, values, strict=True))
     m["status"] = _STATUSES[m["status"]]
     if m["errors"]:
@@ -264,7 +254,8 @@ class Batches:
                 lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
             if taken.rowcount != 1:
                 return None  # another worker's claim won; the next tick looks again
-            return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
+            claimed = batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
+            return claimed.claimed_at(clock)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
         """Per model with a free slot (counted over every worker, under the model's lock): expedited before

@@ -8,7 +8,6 @@ failing, even when its files cannot be composed.
 from __future__ import annotations
 
 import logging
-import time
 
 from ..blobs.keys import error_key, output_key, tail_key
 from ..ids import error_file_id, output_file_id
@@ -75,7 +74,7 @@ def end_failed_batch(rt: Runtime, worker_id: str, batch: Batch, why: str) -> Non
     without a line counted as failed, so a broken input or blob cannot keep the batch alive."""
     if batch.status is BatchStatus.CANCELLING:
         status = BatchStatus.CANCELLED
-    elif time.time() >= batch.expires_at:
+    elif batch.past_window():
         status = BatchStatus.EXPIRED
     else:
         status = BatchStatus.FAILED

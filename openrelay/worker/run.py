@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -111,7 +110,7 @@ class BatchRun:
         elif unrun == 0:
             self.rt.batches.mark_finalizing(self.batch.id, self.worker_id)
             status = BatchStatus.COMPLETED
-        elif time.time() >= self.batch.expires_at:
+        elif self.batch.past_window():
             status = BatchStatus.EXPIRED
         elif self._draining():
             log.info("batch %s: %d records left for the next worker (this one is stopping)", self.batch.id, unrun)
@@ -127,7 +126,7 @@ class BatchRun:
             return "drained"
         if self.keeper.cancelled:
             return "cancelled"
-        if time.time() >= self.batch.expires_at:
+        if self.batch.past_window():
             return "expired"
         return None
 

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import os
 import secrets
-import time
 
 from ..engines.factory import build_engine
 from ..runtime import Runtime
@@ -117,7 +116,7 @@ class Worker:
             errors = [{"code": "model_unavailable", "message": f'model "{batch.model}" is no longer offered',
                        "param": None, "line": None}]
             await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors)
-        elif time.time() >= batch.expires_at:
+        elif batch.past_window():
             await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
         else:
             await BatchRun(self.rt, self.worker_id, batch, spec, self.gate(batch.model),
