@@ -12,12 +12,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
+from openrelay.types import TERMINAL_VALUES
 
 __all__ = ["app", "parse_pairs", "rejection_preview", "live_numbers", "estimate_summary"]
 
 app = typer.Typer(help="Create, inspect, list, cancel and wait for batches.", no_args_is_help=True)
 
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+TERMINAL = frozenset(TERMINAL_VALUES)
 PREVIEW_LIMIT = 10
 
 BatchId = Annotated[str, typer.Argument(help="Batch id, e.g. batch_9f8e7d6c5b4a.")]

@@ -21,14 +21,14 @@ from ..runtime import Runtime
 from ..store.compiled import Plan, run_plan
 from ..store.queue import LiveState, queue_plan
 from ..store.throughput import WINDOW_SECONDS, window_totals
-from ..types import ApiKey, Batch, BatchStatus, unknown_progress
+from ..types import LIVE_VALUES, RUNNING_VALUES, ApiKey, Batch, BatchStatus, unknown_progress
 from .batches import get_batch_plan, list_batches_plan
 
 __all__ = ["progress_numbers", "batch_answer_plan", "page_answer_plan", "answer_plan", "answer_of",
            "numbers_plan", "numbers_of"]
 
-_RUNNING = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value)  # records may still be settling
-_LIVE = (*_RUNNING, BatchStatus.FINALIZING.value)
+_RUNNING = RUNNING_VALUES  # records may still be settling
+_LIVE = LIVE_VALUES
 
 
 def progress_numbers(*, status: str, in_progress_at: int | None, total: int, settled: int,

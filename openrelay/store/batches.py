@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ..errors import Conflict, NotFound
 from ..ids import now
-from ..types import BATCH_API_FIELDS, NOT_STORED, TERMINAL, Batch, BatchStatus, batch_api
+from ..types import BATCH_API_FIELDS, LIVE_VALUES, NOT_STORED, TERMINAL_VALUES, Batch, BatchStatus, batch_api
 from .compiled import All, CompiledRead, First, Plan, run_plan
 from .db import Database, holds_nul
 from .files import insert_file
@@ -23,8 +23,8 @@ from .tags import insert_tags, replace_tags, tagged
 __all__ = ["Batches", "batch_from_row", "batch_values", "LIVE"]
 
 # A batch in one of these statuses still has work for a worker (run, drain or settle).
-LIVE = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value, BatchStatus.FINALIZING.value)
-_TERMINAL = tuple(s.value for s in TERMINAL)
+LIVE = LIVE_VALUES
+_TERMINAL = TERMINAL_VALUES
 
 
 def batch_from_row(row: Row) -> Batch:

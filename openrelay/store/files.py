@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection, Row
 from ..blobs.keys import rejections_key
 from ..errors import NotFound
 from ..ids import now, now_ns
-from ..types import Batch, FileRecord
+from ..types import TERMINAL_VALUES, Batch, FileRecord
 from .db import Database, holds_nul, newest_first_after
 from .schema import batches, files
 
@@ -66,7 +66,7 @@ class Files:
             conn.execute(files.delete().where(files.c.id == file_id, files.c.org_id == org_id))
             in_use = conn.execute(sa.select(batches.c.id).where(
                 sa.or_(batches.c.input_blob_key == record.blob_key, batches.c.rejections_file_id == file_id),
-                batches.c.status.not_in(("completed", "failed", "expired", "cancelled")),
+                batches.c.status.not_in(TERMINAL_VALUES),
             ).limit(1)).first()
         return record, in_use is None
 
@@ -77,5 +77,5 @@ class Files:
             named = set(conn.execute(sa.select(files.c.blob_key).where(files.c.blob_key.in_(keys))).scalars())
             busy = set(conn.execute(sa.select(batches.c.input_blob_key).where(
                 batches.c.input_blob_key == batch.input_blob_key, batches.c.id != batch.id,
-                batches.c.status.not_in(("completed", "failed", "expired", "cancelled")))).scalars())
+                batches.c.status.not_in(TERMINAL_VALUES))).scalars())
         return [k for k in keys if k not in named and k not in busy]

@@ -18,13 +18,13 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from ..types import BatchStatus, Priority
+from ..types import LIVE_VALUES, BatchStatus, Priority
 from .compiled import All, CompiledRead, Plan
 from .schema import batches
 
 __all__ = ["LiveBatch", "LiveState", "queue_order", "queue_plan"]
 
-_LIVE = (BatchStatus.IN_PROGRESS.value, BatchStatus.CANCELLING.value, BatchStatus.FINALIZING.value)
+_LIVE = LIVE_VALUES
 
 
 @dataclass(frozen=True, slots=True)
