@@ -21,6 +21,7 @@ from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
+from .bodies import json_object
 from .estimate import dry_run_answer
 from .pages import list_page
 
@@ -188,16 +189,6 @@ def _body_problem(raw: bytes, exc: BaseException) -> str:
     return _reason(exc)  # e.g. nesting orjson allows and msgspec does not
 
 
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    return body
-
-
 def _check_fields(body: dict[str, Any], priority: Any) -> tuple[str, dict[str, str] | None]:
     for name in body:
         if name in UNSUPPORTED_FIELDS:
@@ -315,7 +306,7 @@ def cancel_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:
 
 def replace_metadata(rt: Runtime, key: ApiKey, batch_id: str, raw: bytes) -> Batch:
     require(key, Scope.BATCH_WRITE)
-    body = _json_object(raw)
+    body = json_object(raw)
     if "metadata" not in body:
         raise InvalidRequest("metadata is required (send {} to clear it)", param="metadata")
     rt.batches.get(key.org_id, batch_id)  # 404 before 400: another organization learns nothing

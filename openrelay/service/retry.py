@@ -33,6 +33,7 @@ from ..validation.lines import numbered_lines
 from ..worker.inputs import read_rejections
 from .auth import require, require_budget
 from .batches import create_batch
+from .bodies import json_object
 
 __all__ = ["retry_batch", "RETRY_FIELDS", "NO_LINE_CODE"]
 
@@ -87,12 +88,7 @@ def _retry_codes(raw: bytes) -> list[str] | None:
     """The request's ``codes`` (sorted, each once), or None for every failure. An empty body is ``{}``."""
     if not raw.strip():
         return None
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
+    body = json_object(raw)
     for name in body:
         if name not in RETRY_FIELDS:
             raise InvalidRequest(f"Unrecognized request argument supplied: {name[:256]}", param=name[:256])

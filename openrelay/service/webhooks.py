@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
-
 from ..catalog import Catalog
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest
@@ -19,6 +17,7 @@ from ..webhooks.delivery import Attempt, WebhookDelivery
 from ..webhooks.network import normalized, webhook_url_problem
 from ..webhooks.signing import new_secret
 from .auth import require
+from .bodies import json_object
 
 __all__ = ["MAX_ENDPOINTS", "register_endpoint", "send_test_event", "create_webhook", "list_webhooks",
            "delete_webhook"]
@@ -56,7 +55,7 @@ def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, e
 
 def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
-    body = _json_object(raw)
+    body = json_object(raw)
     for name in body:
         if name not in _CREATE_FIELDS:
             raise InvalidRequest(f"Unrecognized request argument supplied: {name[:64]}", param=name[:64])
@@ -78,11 +77,3 @@ def delete_webhook(rt: Runtime, key: ApiKey, webhook_id: str) -> dict[str, Any]:
     return {"id": removed.id, "object": "webhook_endpoint.deleted", "deleted": True}
 
 
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    return body
