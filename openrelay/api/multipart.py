@@ -1,5 +1,6 @@
-"""Streaming multipart/form-data for uploads: the ``file`` part flows chunk by chunk into a sink, the small
-text fields are collected. Nothing is spooled: the sink decides where the bytes go.
+"""Streaming multipart/form-data for uploads: the ``file`` part flows into an async sink, in pieces of about
+``SINK_BYTES``, the small text fields are collected. Nothing is spooled: the sink decides where the bytes go (the
+upload's sink writes them to the blob store from a thread, so a slow object store never holds the event loop).
 
 A form is taken only whole: it must end with its closing boundary (``--BOUNDARY--``), hold exactly one ``file``
 part and each text field once. Otherwise ``stream_form`` raises ``InvalidRequest``, possibly after the sink got
@@ -8,21 +9,23 @@ bytes: its caller discards them (a body cut short would otherwise be stored as a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from ..errors import InvalidRequest
 
-__all__ = ["stream_form"]
+__all__ = ["stream_form", "SINK_BYTES"]
 
 _FIELD_LIMIT = 64 * 1024  # text fields are tiny; anything bigger is not a form we take
+SINK_BYTES = 1 << 20  # the file part's bytes go to the sink in pieces of about this size (and at the end)
 
 
 class _Form:
-    def __init__(self, on_file_data: Callable[[bytes], None]) -> None:
-        self.on_file_data = on_file_data
+    def __init__(self) -> None:
+        self.file_data: list[bytes] = []  # the file part's bytes the sink has not had yet
+        self.file_pending = 0
         self.fields: dict[str, str] = {}
         self.filename: str | None = None
         self._field = b""
@@ -58,7 +61,8 @@ class _Form:
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._is_file:
-            self.on_file_data(data[start:end])
+            self.file_data.append(data[start:end])
+            self.file_pending += end - start
             return
         self._buffer += data[start:end]
         if len(self._buffer) > _FIELD_LIMIT:
@@ -75,13 +79,21 @@ class _Form:
 
 
 async def stream_form(content_type: str | None, body: AsyncIterator[bytes],
-                      on_file_data: Callable[[bytes], None]) -> tuple[dict[str, str], str | None]:
-    """Parse the form; returns its text fields and the file part's filename (None when there was no file)."""
+                      sink: Callable[[bytes], Awaitable[None]]) -> tuple[dict[str, str], str | None]:
+    """Parse the form, giving the file part's bytes to ``sink`` in order; returns its text fields and the file
+    part's filename (None when there was no file)."""
     kind, params = parse_options_header(content_type or "")
     boundary = params.get(b"boundary")
     if kind != b"multipart/form-data" or not boundary:
         raise InvalidRequest("upload as multipart/form-data with fields 'file' and 'purpose'")
-    form = _Form(on_file_data)
+    form = _Form()
+
+    async def drain() -> None:
+        data = b"".join(form.file_data)
+        form.file_data.clear()
+        form.file_pending = 0
+        await sink(data)
+
     callbacks = {name: getattr(form, name) for name in (
         "on_part_begin", "on_header_field", "on_header_value", "on_header_end", "on_headers_finished",
         "on_part_data", "on_part_end", "on_end")}
@@ -89,10 +101,14 @@ async def stream_form(content_type: str | None, body: AsyncIterator[bytes],
     try:
         async for chunk in body:
             parser.write(chunk)
+            if form.file_pending >= SINK_BYTES:
+                await drain()
         parser.finalize()
     except MultipartParseError as exc:
         raise InvalidRequest(f"malformed multipart body: {exc}") from exc
     if not form.complete:  # python-multipart's finalize() does not check this itself
         raise InvalidRequest("the multipart body ended before its closing boundary (--boundary--): the upload "
                              "is incomplete")
+    if form.file_pending:
+        await drain()
     return form.fields, form.filename

@@ -29,14 +29,21 @@ async def receive_upload(rt: Runtime, key: ApiKey, request: Request, *,
     if declared > rt.settings.max_upload_bytes + UPLOAD_FORM_SLACK:
         raise PayloadTooLarge(f"file is larger than the {rt.settings.max_upload_bytes // 1_000_000} MB limit",
                               param="file")
-    upload = file_service.Upload(rt, key)
+    upload = await run_in_threadpool(file_service.Upload, rt, key)  # every blob store call off the event loop
+
+    async def sink(data: bytes) -> None:
+        await run_in_threadpool(upload.write, data)
+
     try:
-        fields, filename = await stream_form(request.headers.get("content-type"), request.stream(), upload.write)
+        fields, filename = await stream_form(request.headers.get("content-type"), request.stream(), sink)
         if check_fields is not None:
             check_fields(fields)
         if filename is None:
             raise InvalidRequest("the form has no 'file' part", param="file")
-    except BaseException:
+    except Exception:
+        await run_in_threadpool(upload.abort)
+        raise
+    except BaseException:  # cancelled (the client went away): abort here, without awaiting
         upload.abort()
         raise
     return await run_in_threadpool(upload.finish, filename=filename, purpose=purpose or fields.get("purpose"))
