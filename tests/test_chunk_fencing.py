@@ -61,3 +61,24 @@ def test_a_run_past_its_lease_cannot_overwrite_or_double_the_next_runs_chunk(mak
         assert (batch.completed, batch.input_tokens) == (2, 20)
     finally:
         rt.db.dispose()
+
+
+def test_the_window_is_judged_by_the_database_clock_as_measured_at_the_claim(make_server):
+    server = make_server(args=("--no-worker",))
+    batch_id = create(server, [chat("r0", "record 0")])["id"]
+    rt = open_runtime(Settings.build(data_dir=server.data_dir, database_url=server.database_url,
+                                     catalog_path=server.data_dir / "catalog.toml"))
+    try:
+        rt.batches.promote_validated()
+        claimed = rt.batches.claim("worker-a", {"test/echo": 1}, lease_seconds=60)
+        assert claimed is not None and claimed.id == batch_id
+        assert abs(claimed.clock_skew) < 60  # one machine here: the two clocks agree, bar the time between reads
+        assert not claimed.past_window()
+        # A worker whose own clock runs a window behind the database's still ends the batch in time ...
+        behind = claimed.claimed_at(time.time() + (claimed.expires_at - time.time()) + 1)
+        assert behind.past_window()
+        # ... and one whose clock runs ahead does not end it early.
+        ahead = claimed.claimed_at(time.time() - 3600)
+        assert not ahead.past_window()
+    finally:
+        rt.db.dispose()
