@@ -32,11 +32,12 @@ from tests.support.server import TEST_CATALOG
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
-# CONTRACT section 6, every field of the batch object; the create answer adds the rejection fields.
+# CONTRACT section 6, every field of the batch object, and OpenRelay's `openrelay` object of live progress numbers
+# (docs/progress-and-dry-run.md); the create answer adds the rejection fields.
 BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",
     "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at",
-    "cancelled_at", "output_file_id", "error_file_id", "errors", "request_counts", "usage", "metadata",
+    "cancelled_at", "output_file_id", "error_file_id", "errors", "request_counts", "usage", "metadata", "openrelay",
 }
 CREATE_ONLY = {"rejected_count", "rejected_records", "rejected_records_file_id"}
 
