@@ -4,7 +4,6 @@ honour refused per record. Kept small: two records reach the model, with a few o
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from openai.types.responses import Response
 from openrelay.catalog import load_catalog
 from openrelay.engines.responses_local import ChatRequest, chat_request
 from openrelay.validation.scan import file_lines, scan_records
+from tests.test_builtin_models import run_batch
 
 MODEL = "openrelay/smollm2-135m"
 RESPONSES = "/v1/responses"
@@ -99,22 +99,13 @@ def test_builtin_model_answers_a_responses_batch_through_the_sdk(make_server):
         record("image", input=[{"role": "user", "content": [{"type": "input_image", "image_url": "data:x"}]}]),
         record("streamed", input="Hi", stream=True),
     ]
-    data = b"".join(orjson.dumps(r) + b"\n" for r in records)
-    uploaded = client.files.create(file=("requests.jsonl", data), purpose="batch")
-    batch = client.batches.create(input_file_id=uploaded.id, endpoint=RESPONSES, completion_window="24h")
-    deadline = time.time() + 300
-    while batch.status not in ("completed", "failed", "expired", "cancelled"):
-        assert time.time() < deadline, f"batch still {batch.status}"
-        time.sleep(0.2)
-        batch = client.batches.retrieve(batch.id)
+    batch, out_lines, err_lines = run_batch(client, records, RESPONSES)
     assert batch.status == "completed", server.log()[-3000:]
     assert (batch.request_counts.completed, batch.request_counts.failed) == (2, 5)
-    lines = [orjson.loads(raw) for file_id in (batch.output_file_id, batch.error_file_id)
-             for raw in client.files.content(file_id).content.splitlines()]
-    assert all((line["response"] is None) != (line["error"] is None) for line in lines)
-    out = {line["custom_id"]: Response.model_validate(line["response"]["body"]) for line in lines
-           if line["response"]}
-    err = {line["custom_id"]: line["error"] for line in lines if line["error"]}
+    lines = [*out_lines.values(), *err_lines.values()]
+    assert len(lines) == 7 and all((line["response"] is None) != (line["error"] is None) for line in lines)
+    out = {custom_id: Response.model_validate(line["response"]["body"]) for custom_id, line in out_lines.items()}
+    err = {custom_id: line["error"] for custom_id, line in err_lines.items()}
 
     france = out["france"]
     assert france.object == "response" and france.model == MODEL and france.id.startswith("resp_")
