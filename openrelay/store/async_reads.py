@@ -64,6 +64,10 @@ class AsyncReads:
                 self._opened = True
             try:
                 return await self._run(plan, step)
+            # No connection could be made in time: the server is away. PoolTimeout is an OperationalError, so it
+            # comes first, or it would be taken for a lost connection and waited for again.
+            except PoolTimeout as exc:
+                raise StoreUnavailable(_message(exc)) from exc
             except psycopg.OperationalError as exc:
                 lost += 1
                 if exc.sqlstate is not None or lost > self._max_size:  # the server answered (a cancel...)
@@ -71,8 +75,6 @@ class AsyncReads:
                 # A connection the server dropped (a restart): the pool throws it away; nothing was written, so
                 # the plan is read again on the next one.
                 log.info("a pooled read connection was lost (%s); reading again", exc)
-            except PoolTimeout as exc:  # no connection could be made in time: the server is away
-                raise StoreUnavailable(_message(exc)) from exc
             except psycopg.Error as exc:
                 raise StoreError(_message(exc)) from exc
 
