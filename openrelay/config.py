@@ -47,6 +47,7 @@ class Settings:
     outage_max_seconds: float = 30.0
     sick_engine_seconds: float = 900.0  # how long a record waits for an engine that answers probes but fails calls
     key_cache_seconds: float = 1.0  # reads may use a key checked this long ago (at most 2: revokes must bite)
+    poll_cache: bool = True  # polls may reuse rows the store says are unchanged (store/read_cache.py)
     store_retry_max_seconds: float = 5.0  # longest wait between tries of a result write while the store is away
     run_attempts: int = 8  # runs of a batch that fail for a reason of their own before the batch fails
     run_retry_base_seconds: float = 2.0  # wait after the first failed run; doubles each time, capped below
@@ -97,6 +98,7 @@ class Settings:
             outage_max_seconds=_env_float("OPENRELAY_OUTAGE_MAX_SECONDS", 30.0),
             sick_engine_seconds=_env_float("OPENRELAY_SICK_ENGINE_SECONDS", 900.0),
             key_cache_seconds=_env_float("OPENRELAY_KEY_CACHE_SECONDS", 1.0),
+            poll_cache=_env_int("OPENRELAY_POLL_CACHE", 1) != 0,
             store_retry_max_seconds=_env_float("OPENRELAY_STORE_RETRY_MAX_SECONDS", 5.0),
             run_attempts=_env_int("OPENRELAY_RUN_ATTEMPTS", 8),
             run_retry_base_seconds=_env_float("OPENRELAY_RUN_RETRY_BASE_SECONDS", 2.0),

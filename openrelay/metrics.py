@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 __all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "WEBHOOK_ATTEMPTS",
-           "register_queue_depths"]
+           "POLL_READS", "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
 
@@ -26,6 +26,9 @@ ENGINE_IN_FLIGHT = Gauge("openrelay_engine_requests_in_flight", "Requests this p
 WEBHOOK_ATTEMPTS = Counter("openrelay_webhook_attempts_total", "Webhook deliveries this process's workers attempted, "
                            "by outcome: delivered (2xx), failed (another answer or none), refused (an address the "
                            "network rules refuse).", ["outcome"])
+
+POLL_READS = Counter("openrelay_poll_reads_total", "Reads of polls (a batch, a page) by where their rows came from: "
+                     "kept (this process's read cache, still current) or server (the store).", ["source"])
 
 
 class _QueueDepths(Collector):

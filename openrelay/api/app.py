@@ -30,6 +30,7 @@ from ..service.auth import Keys
 from ..service.metrics_access import require_metrics_token
 from ..store.async_reads import AsyncReads
 from ..store.compiled import Plan, reads_are_local, run_plan
+from ..store.read_cache import KeptRows
 from ..types import ApiKey
 from ..web.routes import mount_dashboard
 from .guard import RenderUnexpectedErrors
@@ -105,9 +106,20 @@ def create_app(rt: Runtime) -> FastAPI:
         return await run_in_threadpool(keys.authenticate, request.headers.get("authorization"))
 
     reads_on_loop = reads_are_local(rt.db)
-    loop_reads = None if reads_on_loop else AsyncReads(rt.db)
+    loop_reads = None if reads_on_loop else AsyncReads(rt.db, keep_rows=rt.settings.poll_cache)
+    kept_here = KeptRows() if reads_on_loop and rt.settings.poll_cache else None  # the loop's (compiled.run_plan)
     if loop_reads is not None:
         app.router.on_shutdown.append(loop_reads.close)
+
+    async def writing(key: ApiKey, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on a thread, for a request that writes the caller's batches: when it returns (or
+        fails), the reads this process kept of the caller's organization are forgotten, so the caller's next
+        poll here sees its own write without waiting for PostgreSQL's notice (``store.read_cache``)."""
+        try:
+            return await run_in_threadpool(call, *args)
+        finally:
+            if loop_reads is not None:
+                loop_reads.cache.changed(key.org_id)
 
     async def as_reader(request: Request, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``read(rt, key, ...)`` for a request that only reads, with the key from memory when it was checked
@@ -131,7 +143,7 @@ def create_app(rt: Runtime) -> FastAPI:
         if key is None:
             key = await asyncio.get_running_loop().run_in_executor(None, keys.for_read, authorization)
         if loop_reads is None:
-            return run_plan(rt.db, make_plan(rt, key, *args, **kwargs))
+            return run_plan(rt.db, make_plan(rt, key, *args, **kwargs), kept_here)
         return await loop_reads.run(lambda: make_plan(rt, key, *args, **kwargs))
 
     @app.get("/healthz")
@@ -203,8 +215,7 @@ def create_app(rt: Runtime) -> FastAPI:
     async def create_batch(request: Request) -> Response:
         key = await caller(request)
         raw = await request.body()
-        answer = await run_in_threadpool(batch_service.create_batch, rt, key, raw,
-                                         request.headers.get("idempotency-key"))
+        answer = await writing(key, batch_service.create_batch, rt, key, raw, request.headers.get("idempotency-key"))
         return Response(answer, media_type="application/json")
 
     @app.get("/v1/batches")
@@ -225,22 +236,22 @@ def create_app(rt: Runtime) -> FastAPI:
     @app.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(request: Request, batch_id: str) -> Response:
         key = await caller(request)
-        return _json(await run_in_threadpool(
-            lambda: progress_service.answer_of(rt, batch_service.cancel_batch(rt, key, batch_id))))
+        return _json(await writing(
+            key, lambda: progress_service.answer_of(rt, batch_service.cancel_batch(rt, key, batch_id))))
 
     @app.post("/v1/batches/{batch_id}/metadata")
     async def replace_metadata(request: Request, batch_id: str) -> Response:
         key = await caller(request)
         raw = await request.body()
-        return _json(await run_in_threadpool(
-            lambda: progress_service.answer_of(rt, batch_service.replace_metadata(rt, key, batch_id, raw))))
+        return _json(await writing(
+            key, lambda: progress_service.answer_of(rt, batch_service.replace_metadata(rt, key, batch_id, raw))))
 
     @app.post("/v1/batches/{batch_id}/retry")
     async def retry_batch(request: Request, batch_id: str) -> Response:
         key = await caller(request)
         raw = await request.body()
-        answer = await run_in_threadpool(retry_service.retry_batch, rt, key, batch_id, raw,
-                                         request.headers.get("idempotency-key"))
+        answer = await writing(key, retry_service.retry_batch, rt, key, batch_id, raw,
+                               request.headers.get("idempotency-key"))
         return Response(answer, media_type="application/json")
 
     # -- webhooks (service/webhooks.py) ----------------------------------------------------------------------------

@@ -10,10 +10,14 @@ transaction, as on the thread's side. A connection the server dropped (a restart
 the statement and thrown away by the pool; the plan, which only reads, is run again on the next connection, so a
 PostgreSQL restart costs the first poll after it nothing. While the server cannot be reached, a read answers
 ``StoreUnavailable`` (503) after at most ``connect_seconds``, never hangs.
+
+The rows of reads marked ``cache_by`` are kept between polls while nothing they read has changed
+(``store.read_cache``): a poll whose every step is kept takes no connection at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,6 +29,7 @@ from sqlalchemy.engine import Dialect
 from ..errors import StoreError, StoreUnavailable
 from .compiled import First, Plan
 from .db import Database
+from .read_cache import POLL_KEPT, POLL_SERVER, ReadCache
 
 __all__ = ["AsyncReads"]
 
@@ -36,7 +41,8 @@ class AsyncReads:
     """Plans run on the event loop against PostgreSQL. Open lazily on first use (it needs the running loop);
     ``close`` at shutdown."""
 
-    def __init__(self, db: Database, *, max_size: int = 4, connect_seconds: float = 2.0) -> None:
+    def __init__(self, db: Database, *, max_size: int = 4, connect_seconds: float = 2.0,
+                 keep_rows: bool = True) -> None:
         if db.is_sqlite:
             raise ValueError("AsyncReads is for PostgreSQL; SQLite reads are local (reads_are_local)")
         url = db.engine.url.set(drivername="postgresql")
@@ -47,6 +53,8 @@ class AsyncReads:
             timeout=connect_seconds, kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_seconds))},
             name="openrelay-reads")
         self._opened = False
+        self.cache = ReadCache(url.render_as_string(hide_password=False), enabled=keep_rows)
+        pass
 
     async def run(self, make_plan: Callable[[], Plan[T]]) -> T:
         """The answer of the plan ``make_plan()`` makes, as ``run_plan`` would give it. ``make_plan`` is called
@@ -61,6 +69,7 @@ class AsyncReads:
                 return done.value
             if not self._opened:
                 await self._pool.open(wait=False)
+                self.cache.start()
                 self._opened = True
             try:
                 return await self._run(plan, step)
@@ -79,18 +88,33 @@ class AsyncReads:
                 raise StoreError(_message(exc)) from exc
 
     async def _run(self, plan: Plan[T], step: First | Any) -> T:
-        async with self._pool.connection() as conn:
-            cursor = conn.cursor()
+        cache = self.cache
+        async with contextlib.AsyncExitStack() as stack:
+            cursor = None  # a pooled connection's, taken at the first step whose rows are not kept
             while True:
-                await cursor.execute(*step.read.sql_and_args(self._dialect, step.params))
-                rows = await (cursor.fetchone() if isinstance(step, First) else cursor.fetchall())
+                read, params = step.read, step.params
+                org_id = params[read.cache_by] if read.cache_by else None
+                kept = False
+                if org_id is not None:
+                    key = (read, tuple(params.items()))
+                    kept, rows = cache.get(key, org_id)
+                    (POLL_KEPT if kept else POLL_SERVER).inc()
+                if not kept:
+                    if cursor is None:
+                        cursor = (await stack.enter_async_context(self._pool.connection())).cursor()
+                    token = cache.token(org_id) if org_id is not None else None
+                    await cursor.execute(*read.sql_and_args(self._dialect, params))
+                    rows = await cursor.fetchone() if isinstance(step, First) else tuple(await cursor.fetchall())
+                    if org_id is not None:
+                        cache.put(key, org_id, token, rows)
                 try:
-                    step = plan.send(rows)
+                    step = plan.send(rows if isinstance(step, First) else list(rows))
                 except StopIteration as done:
                     return done.value
 
     async def close(self) -> None:
         if self._opened:
+            await self.cache.close()
             await self._pool.close()
 
 

@@ -54,9 +54,9 @@ _API_COLUMNS = tuple(batches.c[name] for name in BATCH_API_FIELDS)
 _API_ERRORS = BATCH_API_FIELDS.index("errors")
 _API_METADATA = BATCH_API_FIELDS.index("metadata")
 _GET = CompiledRead(sa.select(*_COLUMNS).where(batches.c.id == sa.bindparam("batch_id"),
-                                               batches.c.org_id == sa.bindparam("org_id")))
+                                               batches.c.org_id == sa.bindparam("org_id")), cache_by="org_id")
 _ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
-    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id")))
+    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id")), cache_by="org_id")
 
 
 @functools.cache
@@ -79,7 +79,7 @@ def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> Compile
     if after:
         query = query.where(sa.tuple_(*order) < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
     query = query.order_by(*(column.desc() for column in order))
-    return CompiledRead(query.limit(sa.bindparam("rows")))
+    return CompiledRead(query.limit(sa.bindparam("rows")), cache_by="org_id")
 
 
 _STATUSES = {s.value: s for s in BatchStatus}

@@ -34,6 +34,7 @@ from sqlalchemy.engine import Dialect
 
 from ..errors import StoreError, StoreUnavailable
 from .db import Database, database_error
+from .read_cache import POLL_KEPT, POLL_SERVER, KeptRows
 
 __all__ = ["All", "CompiledRead", "First", "Plan", "Reader", "reader", "reads_are_local", "run_plan"]
 
@@ -41,10 +42,15 @@ T = TypeVar("T")
 
 
 class CompiledRead:
-    """One Core SELECT, with its bound parameters named by ``sa.bindparam``; compiled on first use per dialect."""
+    """One Core SELECT, with its bound parameters named by ``sa.bindparam``; compiled on first use per dialect.
 
-    def __init__(self, statement: sa.Select[Any]) -> None:
+    ``cache_by`` names the parameter holding an organization's id when the read's rows depend only on that
+    organization's rows of ``batches`` and ``batch_tags``: the API may then reuse them until a change of that
+    organization is announced (``store.read_cache``)."""
+
+    def __init__(self, statement: sa.Select[Any], *, cache_by: str | None = None) -> None:
         self.statement = statement
+        self.cache_by = cache_by
         self._compiled: dict[str, tuple[str, dict[str, Any], tuple[str, ...] | None]] = {}
 
     def sql_and_args(self, dialect: Dialect, params: Mapping[str, Any]) -> tuple[str, Any]:
@@ -101,17 +107,39 @@ class Reader:
             return self.first(step.read, step.params)
         return self.all(step.read, step.params)
 
+    def data_version(self) -> int:
+        """SQLite's count of commits made to the file by any other connection (this one only reads)."""
+        self._cursor.execute("PRAGMA data_version")
+        return self._cursor.fetchone()[0]
 
-def run_plan(db: Database, plan: Plan[T]) -> T:
-    """Run ``plan`` here, on this thread's reader. A plan that needs no read (a refusal) takes no connection."""
+
+def run_plan(db: Database, plan: Plan[T], kept: KeptRows | None = None) -> T:
+    """Run ``plan`` here, on this thread's reader. A plan that needs no read (a refusal) takes no connection.
+
+    With ``kept`` (SQLite only, one thread's), the rows of reads marked ``cache_by`` are reused while SQLite's
+    ``data_version`` says no connection, of this process or another, has committed since they were read: one
+    PRAGMA per plan instead of its SELECTs. Rows read after the PRAGMA are at least as new as its version, and
+    any later commit changes it."""
     try:
         step = next(plan)
     except StopIteration as done:
         return done.value
     with reader(db) as read:
+        version = read.data_version() if kept is not None else None
         while True:
+            if version is not None and step.read.cache_by:
+                key = (step.read, tuple(step.params.items()))
+                found, rows = kept.get(key, version)
+                (POLL_KEPT if found else POLL_SERVER).inc()
+                if not found:
+                    rows = read.step(step)
+                    kept.put(key, version, rows if isinstance(step, First) else tuple(rows))
+                elif not isinstance(step, First):
+                    rows = list(rows)
+            else:
+                rows = read.step(step)
             try:
-                step = plan.send(read.step(step))
+                step = plan.send(rows)
             except StopIteration as done:
                 return done.value
 

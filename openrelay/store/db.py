@@ -19,6 +19,26 @@ from ..errors import NotFound, StoreError, StoreUnavailable
 from ..ids import now
 from .tags import backfill_batch_tags
 
+
+def announce_batch_changes(conn: Connection) -> None:
+    """On PostgreSQL, every insert, update and delete of ``batches`` and ``batch_tags`` notifies channel
+    ``openrelay_batches`` with the row's organization, at commit (``store.read_cache``). SQLite has no notices:
+    its reads are local and need no cache."""
+    if conn.dialect.name != "postgresql":
+        return
+    conn.exec_driver_sql(
+        "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN "
+        "IF TG_OP = 'DELETE' THEN PERFORM pg_notify('openrelay_batches', OLD.org_id); "
+        "ELSE PERFORM pg_notify('openrelay_batches', NEW.org_id); END IF; "
+        "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
+        "PERFORM pg_notify('openrelay_batches', OLD.org_id); END IF; "
+        "RETURN NULL; END $$")
+    for table in ("batches", "batch_tags"):
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {table}_announce AFTER INSERT OR UPDATE OR DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION openrelay_announce_batch_change()")
+
 __all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
 
 _WRITE = "openrelay_write"
@@ -61,6 +81,7 @@ MIGRATIONS = _migration_files()
 # tables as of its version (not schema.py's), since later migrations may change them.
 BACKFILLS: dict[int, Callable[[Connection], None]] = {
     6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
+    10: announce_batch_changes,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
 }
 
 

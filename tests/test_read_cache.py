@@ -1,0 +1,152 @@
+"""The API's read cache (store/read_cache.py): polls reuse the rows they read while nothing changed, and a change
+shows in the next polls wherever it was made: in this process (at once), in another process on the same database
+(on PostgreSQL within the notice's delivery; on SQLite by the file's data_version), and on PostgreSQL with the
+cache's listening connection cut (the cache stands aside until it listens again, then is used again).
+
+Two `orl serve` processes share a database of the test's own, on each store whatever store the suite runs on:
+the two stores keep rows by different means, and each is tested on its own."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support.execution import chat, create, wait_for
+from tests.support.server import PG_ADMIN_URL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
+
+
+def _pair(tmp_path_factory: pytest.TempPathFactory, engine_url: str,
+          store: str) -> Iterator[tuple[Server, Server, str]]:
+    """(A, B, database name): two API processes on one database (A runs the worker), and a key both take."""
+    if store == "postgres":
+        url = create_pg_database()
+    else:
+        url = f"sqlite:///{tmp_path_factory.mktemp('cache-db') / 'openrelay.db'}"
+    started: list[Server] = []
+    try:
+        for name in ("a", "b"):
+            data_dir = tmp_path_factory.mktemp(f"cache-{name}")
+            catalog = data_dir / "catalog.toml"
+            catalog.write_text(TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=8))
+            server = Server(data_dir=data_dir, database_url=url, port=free_port(), env={},
+                            args=["--catalog", str(catalog), *(["--no-worker"] if name == "b" else [])])
+            started.append(server.start())
+        a, b = started
+        a.api_key = b.api_key = a.new_org_key()
+        yield a, b, url.rsplit("/", 1)[1]
+    finally:
+        for server in started:
+            server.stop()
+        if store == "postgres":
+            drop_pg_database(url)
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         engine_url: str) -> Iterator[tuple[Server, Server, str]]:
+    yield from _pair(tmp_path_factory, engine_url, request.param)
+
+
+@pytest.fixture
+def pg_pair(tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> Iterator[tuple[Server, Server, str]]:
+    yield from _pair(tmp_path_factory, engine_url, "postgres")
+
+
+def _poll_reads(server: Server) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics").text
+    return {m[1]: float(m[2]) for m in re.finditer(r'openrelay_poll_reads_total\{source="(\w+)"\} (\S+)', text)}
+
+
+def _metadata(server: Server, batch_id: str) -> dict[str, str]:
+    response = server.http("GET", f"/batches/{batch_id}")
+    assert response.status_code == 200, response.text
+    return response.json()["metadata"]
+
+
+def _edit(server: Server, batch_id: str, metadata: dict[str, str]) -> None:
+    response = server.http("POST", f"/batches/{batch_id}/metadata", json={"metadata": metadata})
+    assert response.status_code == 200, response.text
+
+
+def _listening(server: Server) -> bool:
+    """Whether ``server``'s cache is in use: two polls in a row, the second answered from kept rows."""
+    before = _poll_reads(server).get("kept", 0)
+    for _ in range(2):
+        server.http("GET", "/batches", params={"limit": 5})
+    return _poll_reads(server).get("kept", 0) > before
+
+
+def test_polls_reuse_kept_rows_and_see_each_change_wherever_it_was_made(pair: tuple[Server, Server, str]) -> None:
+    a, b, _ = pair
+    batch_id = create(a, [chat("one", "hello")])["id"]
+    wait_for(lambda: _listening(a), "A's cache listening", timeout=30)
+
+    # Polls of a batch nothing changes are answered from kept rows.
+    before = _poll_reads(a)
+    for _ in range(20):
+        assert a.http("GET", f"/batches/{batch_id}").status_code == 200
+    after = _poll_reads(a)
+    assert after["kept"] - before.get("kept", 0) >= 15, (before, after)
+
+    # A's own edit shows in A's very next poll, every time (its commit forgets what A kept).
+    for n in range(10):
+        _edit(a, batch_id, {"round": f"a{n}"})
+        assert _metadata(a, batch_id) == {"round": f"a{n}"}
+
+    # Another process's edit shows in A's polls once PostgreSQL's notice reaches A; a page shows it too.
+    for n in range(5):
+        assert _metadata(a, batch_id)["round"] != f"b{n}"  # kept again since the last change
+        _edit(b, batch_id, {"round": f"b{n}"})
+        wait_for(lambda n=n: _metadata(a, batch_id) == {"round": f"b{n}"}, f"B's edit {n} seen by A", timeout=10)
+        wait_for(lambda n=n: a.http("GET", "/batches").json()["data"][0]["metadata"] == {"round": f"b{n}"},
+                 f"B's edit {n} on A's page", timeout=10)
+
+    # A batch made by B appears on A's page, though A had kept the page without it.
+    first = a.http("GET", "/batches").json()["data"]
+    made = create(b, [chat("two", "hello again")])["id"]
+    wait_for(lambda: a.http("GET", "/batches").json()["data"][0]["id"] == made, "B's batch on A's page", timeout=10)
+    assert [row["id"] for row in first] == [batch_id]
+
+
+def test_a_cut_listener_stands_the_cache_aside_until_it_listens_again(pg_pair: tuple[Server, Server, str]) -> None:
+    a, b, database = pg_pair
+    batch_id = create(a, [chat("one", "hello")])["id"]
+    wait_for(lambda: _listening(a), "A's cache listening", timeout=30)
+    assert not _metadata(a, batch_id)  # none yet, and kept so
+
+    # Cut A's listener and keep it from coming back (no new connection to the database is let in), then change
+    # the batch from a connection opened before: its notice reaches nobody. A's polls, on the pool's open
+    # connections, must read the server until A listens again.
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(url, autocommit=True) as writer, psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            cut = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                                "AND application_name = 'openrelay-read-cache'", (database,)).fetchall()
+            assert cut == [(True,)], cut  # A's listener (B's starts with its first poll: it has made none)
+            writer.execute("UPDATE batches SET metadata = %s WHERE id = %s", ('{"after": "cut"}', batch_id))
+            wait_for(lambda: _metadata(a, batch_id) == {"after": "cut"}, "the change seen by A after the cut",
+                     timeout=10)
+            assert not _listening(a)
+        finally:
+            admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+    # The listener comes back on its own, and the cache with it; changes still show.
+    wait_for(lambda: _listening(a), "A's cache listening again", timeout=30)
+    _edit(b, batch_id, {"after": "return"})
+    wait_for(lambda: _metadata(a, batch_id) == {"after": "return"}, "B's edit seen by A after the return",
+             timeout=10)
+
+
+def test_the_cache_can_be_turned_off(make_server) -> None:
+    """``OPENRELAY_POLL_CACHE=0`` (behind a pooler that does not carry LISTEN): every poll reads the store."""
+    server = make_server(env={"OPENRELAY_POLL_CACHE": "0"})
+    batch_id = create(server, [chat("one", "hello")])["id"]
+    for _ in range(20):
+        assert server.http("GET", f"/batches/{batch_id}").status_code == 200
+    reads = _poll_reads(server)
+    assert reads.get("kept", 0) == 0, reads  # with the cache on, 19 of the 20 (tests above)
