@@ -21,7 +21,8 @@ connection is down (a restart, a failover), nothing is kept or reused, every pol
 everything kept before is dropped once the listener is back. A listening connection that goes silent without
 closing (a cut network) is found by TCP keepalives within ``KEEPALIVE_SECONDS``.
 
-Memory is bounded: at most ``max_entries`` answers, the oldest dropped first.
+Memory is bounded: at most 20,000 kept rows (``KeptRows``), the oldest dropped first, and a generation for at most
+100,000 organizations (past that, everything is forgotten and counting starts afresh).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ log = logging.getLogger("openrelay.store")
 CHANNEL = "openrelay_batches"
 KEEPALIVE_SECONDS = 15  # idle 5 s, then 5 probes 2 s apart
 _RETRY_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+_MOST_ORGS = 100_000
 POLL_KEPT, POLL_SERVER = POLL_READS.labels("kept"), POLL_READS.labels("server")
 
 # The generations a read was made under: the listener's (bumped each time it starts afresh) and its
@@ -52,12 +54,14 @@ Token = tuple[int, int]
 
 
 class KeptRows:
-    """Rows of reads by (read, parameters), each with the token it was read under: at most ``max_entries``, the
-    least recently kept dropped first. Used on the event loop only."""
+    """Rows of reads by (read, parameters), each with the token it was read under: at most ``max_rows`` rows in
+    all (a batch's read is one, a page's up to 101), the least recently kept dropped first. A row of a batch is
+    about a kilobyte in memory, so the default holds about 20 MB. Used on the event loop only."""
 
-    def __init__(self, max_entries: int = 10_000) -> None:
-        self._max_entries = max_entries
-        self._entries: OrderedDict[Hashable, tuple[Hashable, Any]] = OrderedDict()
+    def __init__(self, max_rows: int = 20_000) -> None:
+        self._max_rows = max_rows
+        self._rows = 0
+        self._entries: OrderedDict[Hashable, tuple[Hashable, Any, int]] = OrderedDict()
 
     def get(self, key: Hashable, token: Hashable | None) -> tuple[bool, Any]:
         """(True, rows) when ``key``'s rows were kept under ``token``, else (False, None)."""
@@ -67,28 +71,33 @@ class KeptRows:
         return True, found[1]
 
     def put(self, key: Hashable, token: Hashable, rows: Any) -> None:
+        """Keep ``rows`` (a row, None, or a tuple of rows) of ``key`` under ``token``."""
         entries = self._entries
-        entries[key] = (token, rows)
-        entries.move_to_end(key)
-        if len(entries) > self._max_entries:
-            entries.popitem(last=False)
+        weight = len(rows) if type(rows) is tuple and rows and type(rows[0]) is tuple else 1
+        old = entries.pop(key, None)
+        if old is not None:
+            self._rows -= old[2]
+        entries[key] = (token, rows, weight)
+        self._rows += weight
+        while self._rows > self._max_rows and entries:
+            self._rows -= entries.popitem(last=False)[1][2]
 
     def clear(self) -> None:
         self._entries.clear()
+        self._rows = 0
 
 
 class ReadCache:
     """Rows of org-scoped reads on PostgreSQL, valid while the generations they were read under hold."""
 
-    def __init__(self, url: str, *, max_entries: int = 10_000, enabled: bool = True) -> None:
+    def __init__(self, url: str, *, enabled: bool = True) -> None:
         self._url = url
         self._enabled = enabled  # off: it never listens, so nothing is kept (OPENRELAY_POLL_CACHE=0)
-        self._entries = KeptRows(max_entries)
+        self._entries = KeptRows()
         self._orgs: dict[str, int] = {}
         self._generation = 0
         self.listening = False  # True only while notices are being received
         self._task: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
 
     # -- reads (on the event loop) --------------------------------------------------------------------------------
 
@@ -111,7 +120,10 @@ class ReadCache:
 
     def changed(self, org_id: str) -> None:
         """Something of ``org_id`` changed (a notice, or a write of this process)."""
-        self._orgs[org_id] = self._orgs.get(org_id, 0) + 1
+        orgs = self._orgs
+        orgs[org_id] = orgs.get(org_id, 0) + 1
+        if len(orgs) > _MOST_ORGS:
+            self._forget()  # start afresh rather than remember a generation for every organization there is
 
     # -- the listener -------------------------------------------------------------------------------------------
 
@@ -119,11 +131,6 @@ class ReadCache:
         """Start listening (on the running loop); reads are not kept until the first LISTEN is in place."""
         if self._task is None and self._enabled:
             self._task = asyncio.get_running_loop().create_task(self._listen(), name="openrelay-read-cache")
-
-    async def wait_listening(self, timeout: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        return self.listening
 
     async def _listen(self) -> None:
         attempt = 0
@@ -137,7 +144,6 @@ class ReadCache:
                     # Every answer kept under an earlier listener may have missed a notice: start afresh.
                     self._forget()
                     self.listening = True
-                    self._ready.set()
                     attempt = 0
                     async for notice in conn.notifies():
                         self.changed(notice.payload)
