@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Set up, then run the whole suite twice: on SQLite and on PostgreSQL (a fresh database per server).
+# Set up, then run the whole suite twice, on SQLite and on PostgreSQL (a fresh database per server), side by side:
+# most of a test's time is spent waiting on servers and engines, so the two passes share the cores well. Each pass
+# has its own temporary directory and its own range of ports (tests/support/server.py, free_port); its output is
+# printed when both have ended. Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,7 +11,21 @@ if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
 fi
 .venv/bin/ruff check openrelay tests bench
-echo "== store: SQLite ==" >&2
-OPENRELAY_TEST_DB=sqlite .venv/bin/python -m pytest -q "$@"
-echo "== store: PostgreSQL ==" >&2
-OPENRELAY_TEST_DB=postgres .venv/bin/python -m pytest -q "$@"
+runs="$(mktemp -d /tmp/orl-suite-XXXXXX)"
+trap 'rm -rf "$runs"' EXIT
+echo "== store: SQLite and PostgreSQL, side by side (started $(date +%T)) ==" >&2
+pids=()
+for store in sqlite postgres; do
+  OPENRELAY_TEST_DB="$store" .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$runs/$store" "$@" \
+    > "$runs/$store.log" 2>&1 &
+  pids+=("$!")
+done
+failed=0
+for i in 0 1; do
+  store=$([ "$i" = 0 ] && echo sqlite || echo postgres)
+  if ! wait "${pids[$i]}"; then failed=1; fi
+  echo "== store: $store ==" >&2
+  cat "$runs/$store.log"
+done
+echo "== ended $(date +%T) ==" >&2
+exit "$failed"

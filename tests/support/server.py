@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -49,10 +50,27 @@ allow = ["http://127.0.0.1:9/mcp"]
 """
 
 
+# Each store's pass of the suite takes its servers' ports from a range of its own, below Linux's ephemeral range
+# (32768 and up, where bind(0) and outgoing connections take theirs): scripts/test.sh runs the two passes side by
+# side, and a port one pass found free must not be handed to the other before its server binds it.
+_PORT_RANGES = {"sqlite": range(20_000, 26_000), "postgres": range(26_000, 32_000)}
+_given: set[int] = set()  # never hand out a port twice in one process: its server may not have bound it yet
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    ports = _PORT_RANGES.get(os.environ.get("OPENRELAY_TEST_DB", "sqlite"), _PORT_RANGES["sqlite"])
+    for _ in range(1000):
+        port = random.choice(ports)
+        if port in _given:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
+        return port
+    raise RuntimeError(f"no free port in {ports}")
 
 
 def create_pg_database() -> str:
