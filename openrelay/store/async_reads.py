@@ -54,7 +54,6 @@ class AsyncReads:
             name="openrelay-reads")
         self._opened = False
         self.cache = ReadCache(url.render_as_string(hide_password=False), enabled=keep_rows)
-        pass
 
     async def run(self, make_plan: Callable[[], Plan[T]]) -> T:
         """The answer of the plan ``make_plan()`` makes, as ``run_plan`` would give it. ``make_plan`` is called
