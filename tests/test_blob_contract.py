@@ -194,6 +194,21 @@ def test_delete_removes_every_byte_of_a_blob(backend: Backend) -> None:
     backend.blobs.delete(keys.file_key("file-a"))
 
 
+def test_delete_folder_removes_every_blob_under_it_and_nothing_beside(backend: Backend) -> None:
+    folder = keys.chunks_folder("b1")
+    under = [keys.chunk_key("b1", seq, kind, run) for seq in (1, 2) for kind in ("out", "err") for run in ("r1", "r2")]
+    beside = [keys.output_key("b1"), keys.chunk_key("b10", 1, "out", "r1"), keys.file_key("b1")]
+    for key in under + beside:
+        write(backend.blobs, key, b"line\n")
+    write(backend.blobs, keys.chunk_key("b1", 3, "out", "r1"), payload(BIG))  # a multipart object, whole
+    if backend.kind == "local":  # a write a killed process left unfinished under the folder
+        (backend.root / folder / ".tmp-abandoned").write_bytes(b"half")
+    backend.blobs.delete_folder(folder)
+    assert backend.stored() == sorted(beside)
+    backend.blobs.delete_folder(folder)  # gone already: fine
+    backend.blobs.delete_folder(keys.chunks_folder("never"))
+
+
 def test_the_layout_is_the_keys(backend: Backend) -> None:
     """Both stores keep every key at the same place under their root (the local directory or the prefix)."""
     written = [keys.file_key("file-1"), keys.rejections_key("b1"), keys.chunk_key("b1", 7, "err", "a1b2"),

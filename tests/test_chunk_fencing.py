@@ -12,10 +12,12 @@ import time
 
 import pytest
 
-from openrelay.blobs.keys import chunk_key
+from openrelay.blobs.keys import chunk_key, chunks_folder, output_key
 from openrelay.config import Settings
 from openrelay.runtime import open_runtime
 from openrelay.store.results import Chunk, LeaseLost
+from openrelay.types import BatchStatus
+from openrelay.worker.finalize import settle_batch
 from tests.support.execution import chat, create
 
 
@@ -59,6 +61,15 @@ def test_a_run_past_its_lease_cannot_overwrite_or_double_the_next_runs_chunk(mak
         assert [(c.seq, c.out_key, c.lines) for c in rt.results.chunks(batch_id)] == [(1, held.out_key, [1, 2])]
         batch = rt.batches.get(current.org_id, batch_id)
         assert (batch.completed, batch.input_tokens) == (2, 20)
+
+        # Cancelled and settled by worker-b: the output holds its chunk alone, and worker-a's refused chunk,
+        # which no row names, is gone with the committed one.
+        rt.batches.request_cancel(current.org_id, batch_id)
+        settle_batch(rt, "worker-b", rt.batches.get(current.org_id, batch_id), BatchStatus.CANCELLED)
+        with rt.blobs.open(output_key(batch_id)) as handle:
+            assert handle.read() == b'{"custom_id": "r0"}\n{"custom_id": "r1"}\n'
+        assert not rt.blobs.exists(late.out_key) and not rt.blobs.exists(held.out_key)
+        assert not list((server.data_dir / "blobs" / chunks_folder(batch_id)).parent.glob("chunks*"))
     finally:
         rt.db.dispose()
 

@@ -48,3 +48,9 @@ class BlobStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key`` (every object or file it is made of); absent keys are fine."""
         ...
+
+    def delete_folder(self, folder: str) -> None:
+        """Remove every blob whose key starts with ``folder + "/"``, and any write under it that never finished
+        (a process killed mid-write): a batch's chunk folder once its result files are composed. An empty or
+        absent folder is fine."""
+        ...

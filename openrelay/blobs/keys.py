@@ -15,7 +15,8 @@ Keys are ``/``-separated, never start with ``/`` and hold no ``..`` part (``chec
 
 from __future__ import annotations
 
-__all__ = ["file_key", "rejections_key", "chunk_key", "tail_key", "output_key", "error_key", "check_key"]
+__all__ = ["file_key", "rejections_key", "chunk_key", "chunks_folder", "tail_key", "output_key", "error_key",
+           "check_key"]
 
 
 def file_key(file_id: str) -> str:
@@ -27,7 +28,12 @@ def rejections_key(batch_id: str) -> str:
 
 
 def chunk_key(batch_id: str, seq: int, kind: str, run: str) -> str:
-    return f"batches/{batch_id}/chunks/{seq:06d}.{run}.{kind}.jsonl"
+    return f"{chunks_folder(batch_id)}/{seq:06d}.{run}.{kind}.jsonl"
+
+
+def chunks_folder(batch_id: str) -> str:
+    """The folder of every chunk of the batch, committed or not (``BlobStore.delete_folder``)."""
+    return f"batches/{batch_id}/chunks"
 
 
 def tail_key(batch_id: str) -> str:

@@ -84,3 +84,12 @@ class LocalBlobStore:
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
+
+    def delete_folder(self, folder: str) -> None:
+        path = self._path(folder)
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreError(f"cannot delete blobs under {folder!r}: {exc}") from exc

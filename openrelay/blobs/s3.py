@@ -166,6 +166,16 @@ class S3BlobStore:
         except _DRIVER_ERRORS as exc:
             raise _failure(f"cannot delete blob {key!r}", exc) from exc
 
+    def delete_folder(self, folder: str) -> None:
+        # Listed a page at a time and deleted in one request per page (S3's DeleteObjects takes up to 1,000 keys).
+        # An unfinished multipart upload holds no object to list; the bucket's lifecycle rule for incomplete
+        # uploads (docs/deploy.md) removes those.
+        try:
+            for page in obstore.list(self._store, prefix=_path(folder) + "/", chunk_size=1000):
+                obstore.delete(self._store, [meta["path"] for meta in page])
+        except _DRIVER_ERRORS as exc:
+            raise _failure(f"cannot delete blobs under {folder!r}", exc) from exc
+
     def _head(self, key: str) -> Any:
         try:
             return obstore.head(self._store, _path(key))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..blobs.keys import error_key, output_key, tail_key
+from ..blobs.keys import chunks_folder, error_key, output_key, tail_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
 from ..store.results import LeaseLost, ResultFile
@@ -59,10 +59,9 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
                            filename=f"{batch.id}_error.jsonl")
     rt.results.settle(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
                       unrun=unrun, errors=errors)
-    for chunk in chunks:
-        for key in (chunk.out_key, chunk.err_key):
-            if key:
-                rt.blobs.delete(key)
+    # Every chunk is in the result files now. The folder also holds any chunk a run wrote but never committed
+    # (killed between its blobs and its commit, or refused for a lost lease): nothing names those, so they go too.
+    rt.blobs.delete_folder(chunks_folder(batch.id))
     rt.blobs.delete(tail_key(batch.id))
     for file_key in rt.files.orphaned_batch_blobs(batch):
         rt.blobs.delete(file_key)
