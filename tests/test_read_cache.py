@@ -9,12 +9,21 @@ the two stores keep rows by different means, and each is tested on its own."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import httpx
 import psycopg
 import pytest
+import sqlalchemy as sa
 
+from openrelay.errors import StoreError
+from openrelay.store import compiled
+from openrelay.store.accounts import Accounts
+from openrelay.store.compiled import CompiledRead, First, run_plan
+from openrelay.store.db import Database
+from openrelay.store.read_cache import KeptRows
+from openrelay.store.schema import organizations
 from tests.support.execution import chat, create, wait_for
 from tests.support.server import PG_ADMIN_URL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 
@@ -83,6 +92,7 @@ def _listening(server: Server) -> bool:
 def test_polls_reuse_kept_rows_and_see_each_change_wherever_it_was_made(pair: tuple[Server, Server, str]) -> None:
     a, b, _ = pair
     batch_id = create(a, [chat("one", "hello")])["id"]
+    a.wait(batch_id)  # nothing changes it from here but the edits below
     wait_for(lambda: _listening(a), "A's cache listening", timeout=30)
 
     # Polls of a batch nothing changes are answered from kept rows.
@@ -115,6 +125,7 @@ def test_polls_reuse_kept_rows_and_see_each_change_wherever_it_was_made(pair: tu
 def test_a_cut_listener_stands_the_cache_aside_until_it_listens_again(pg_pair: tuple[Server, Server, str]) -> None:
     a, b, database = pg_pair
     batch_id = create(a, [chat("one", "hello")])["id"]
+    a.wait(batch_id)
     wait_for(lambda: _listening(a), "A's cache listening", timeout=30)
     assert not _metadata(a, batch_id)  # none yet, and kept so
 
@@ -150,3 +161,77 @@ def test_the_cache_can_be_turned_off(make_server) -> None:
         assert server.http("GET", f"/batches/{batch_id}").status_code == 200
     reads = _poll_reads(server)
     assert reads.get("kept", 0) == 0, reads  # with the cache on, 19 of the 20 (tests above)
+
+
+def test_postgresql_announces_every_change_a_poll_can_show_and_no_heartbeat(
+        pg_pair: tuple[Server, Server, str]) -> None:
+    """The trigger (migration 0010): a batch's insert and every update a poll's answer can show send a notice with
+    its organization; an update of its lease alone (a worker's heartbeat, each tick of each running batch) does
+    not, so heartbeats neither serialize commits on PostgreSQL's notify lock nor forget kept rows."""
+    a, b, database = pg_pair
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url, autocommit=True) as writer:
+        listener.execute("LISTEN openrelay_batches")
+        batch_id = create(a, [chat("one", "hello")])["id"]
+        a.wait(batch_id)
+        org_id = writer.execute("SELECT org_id FROM batches WHERE id = %s", (batch_id,)).fetchone()[0]
+        a.stop()  # from here on only this test writes
+        assert org_id in {n.payload for n in listener.notifies(timeout=1)}  # its insert, its run
+        writer.execute("UPDATE batches SET lease_owner = 'w', lease_expires_at = 1 WHERE id = %s", (batch_id,))
+        writer.execute("SELECT pg_notify('openrelay_batches', ' marker')")  # delivered in commit order
+        assert [n.payload for n in listener.notifies(stop_after=1, timeout=10)] == [" marker"]
+        writer.execute("UPDATE batches SET completed = completed WHERE id = %s", (batch_id,))  # no change at all
+        writer.execute("UPDATE batches SET metadata = '{}' WHERE id = %s", (batch_id,))
+        writer.execute("DELETE FROM batch_tags WHERE batch_id = %s", (batch_id,))  # no rows: no notice
+        writer.execute("SELECT pg_notify('openrelay_batches', ' marker')")
+        assert [n.payload for n in listener.notifies(stop_after=2, timeout=10)] == [org_id, " marker"]
+
+        # An operator may turn the notices off for the database; the API's caches then keep nothing.
+        writer.execute(f'ALTER DATABASE "{database}" SET openrelay.notices = \'off\'')
+        with psycopg.connect(url, autocommit=True) as later:  # the setting applies to sessions begun after it
+            later.execute("UPDATE batches SET metadata = '{\"a\": \"b\"}' WHERE id = %s", (batch_id,))
+            later.execute("SELECT pg_notify('openrelay_batches', ' marker')")
+        assert [n.payload for n in listener.notifies(stop_after=1, timeout=10)] == [" marker"]
+    b.api_key = b.new_org_key()  # B has not polled yet: its listener starts now, under the setting
+    for _ in range(10):
+        assert not _listening(b)
+        time.sleep(0.1)
+
+
+def test_sqlite_kept_rows_do_not_outlive_the_reader_connection_they_were_read_on(tmp_path) -> None:
+    """SQLite's data_version counts on one connection only, and a fresh connection starts its count afresh: a
+    thread's reader replaced after an error must not take rows kept on the old one for current."""
+    db = Database(f"sqlite:///{tmp_path / 'openrelay.db'}")
+    db.migrate()
+    try:
+        org = Accounts(db).create_org("before")
+        read = CompiledRead(sa.select(organizations.c.name).where(organizations.c.id == sa.bindparam("org_id")),
+                            cache_by="org_id")
+        kept = KeptRows()
+
+        def name() -> str:
+            def plan():  # noqa: ANN202
+                return (yield First(read, {"org_id": org.id}))[0]
+            return run_plan(db, plan(), kept)
+
+        assert name() == "before"
+        compiled._per_thread[db].driver.close()  # the reader breaks, as after a driver error
+        with pytest.raises(StoreError):
+            name()
+        with db.write() as conn:
+            conn.execute(organizations.update().where(organizations.c.id == org.id).values(name="after"))
+        assert name() == "after"  # on a new connection, whose data_version may equal the old one's
+    finally:
+        db.dispose()
+
+
+def test_a_read_with_a_parameter_longer_than_any_stored_value_is_never_kept(server) -> None:
+    """A client's 60 KB ``model=`` would only fill the process's memory: such reads go to the store each time."""
+    wait_for(lambda: _listening(server), "the cache in use", timeout=30)
+    before = _poll_reads(server).get("kept", 0)
+    for _ in range(5):
+        assert server.http("GET", "/batches", params={"model": "m" * 700}).json()["data"] == []
+    assert _poll_reads(server).get("kept", 0) == before
+    for _ in range(5):
+        assert server.http("GET", "/batches", params={"model": "m" * 500}).json()["data"] == []
+    assert _poll_reads(server).get("kept", 0) >= before + 4

@@ -111,15 +111,22 @@ def create_app(rt: Runtime) -> FastAPI:
     if loop_reads is not None:
         app.router.on_shutdown.append(loop_reads.close)
 
+    def wrote(org_id: str) -> None:
+        """A request of this process wrote ``org_id``'s batches: the reads kept of it are forgotten, so the
+        caller's next poll here sees its own write without waiting for PostgreSQL's notice
+        (``store.read_cache``; SQLite's ``data_version`` sees it anyway). The dashboard's writes call it too."""
+        if loop_reads is not None:
+            loop_reads.cache.changed(org_id)
+
+    app.state.org_wrote = wrote
+
     async def writing(key: ApiKey, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)`` on a thread, for a request that writes the caller's batches: when it returns (or
-        fails), the reads this process kept of the caller's organization are forgotten, so the caller's next
-        poll here sees its own write without waiting for PostgreSQL's notice (``store.read_cache``)."""
+        """``call(*args)`` on a thread, for a request that writes the caller's batches; ``wrote`` when it
+        returns or fails."""
         try:
             return await run_in_threadpool(call, *args)
         finally:
-            if loop_reads is not None:
-                loop_reads.cache.changed(key.org_id)
+            wrote(key.org_id)
 
     async def as_reader(request: Request, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``read(rt, key, ...)`` for a request that only reads, with the key from memory when it was checked

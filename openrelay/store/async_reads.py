@@ -29,7 +29,7 @@ from sqlalchemy.engine import Dialect
 from ..errors import StoreError, StoreUnavailable
 from .compiled import First, Plan
 from .db import Database
-from .read_cache import POLL_KEPT, POLL_SERVER, ReadCache
+from .read_cache import POLL_KEPT, POLL_SERVER, KeptRows, ReadCache
 
 __all__ = ["AsyncReads"]
 
@@ -93,18 +93,18 @@ class AsyncReads:
             while True:
                 read, params = step.read, step.params
                 org_id = params[read.cache_by] if read.cache_by else None
+                key = KeptRows.key(read, params) if org_id is not None else None
                 kept = False
-                if org_id is not None:
-                    key = (read, tuple(params.items()))
+                if key is not None:
                     kept, rows = cache.get(key, org_id)
                     (POLL_KEPT if kept else POLL_SERVER).inc()
                 if not kept:
                     if cursor is None:
                         cursor = (await stack.enter_async_context(self._pool.connection())).cursor()
-                    token = cache.token(org_id) if org_id is not None else None
+                    token = cache.token(org_id) if key is not None else None
                     await cursor.execute(*read.sql_and_args(self._dialect, params))
                     rows = await cursor.fetchone() if isinstance(step, First) else tuple(await cursor.fetchall())
-                    if org_id is not None:
+                    if key is not None:
                         cache.put(key, org_id, token, rows)
                 try:
                     step = plan.send(rows if isinstance(step, First) else list(rows))

@@ -23,6 +23,7 @@ event loop runs the same plan on PostgreSQL without leaving the loop (``store.as
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import weakref
 from collections.abc import Generator, Iterator, Mapping
@@ -90,9 +91,10 @@ Plan = Generator[First | All, Any, T]
 class Reader:
     """A few reads on one pooled driver connection."""
 
-    def __init__(self, dialect: Dialect, cursor: Any) -> None:
+    def __init__(self, dialect: Dialect, cursor: Any, serial: int = 0) -> None:
         self._dialect = dialect
         self._cursor = cursor
+        self._serial = serial
 
     def first(self, read: CompiledRead, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         self._cursor.execute(*read.sql_and_args(self._dialect, params))
@@ -107,10 +109,13 @@ class Reader:
             return self.first(step.read, step.params)
         return self.all(step.read, step.params)
 
-    def data_version(self) -> int:
-        """SQLite's count of commits made to the file by any other connection (this one only reads)."""
+    def data_version(self) -> tuple[int, int]:
+        """(this connection's serial, SQLite's ``data_version`` on it): the version changes when any other
+        connection commits to the file (this one only reads). A version means something only on the connection
+        that gave it, and a thread's connection is replaced after an error, so the serial, never reused, goes
+        with it."""
         self._cursor.execute("PRAGMA data_version")
-        return self._cursor.fetchone()[0]
+        return self._serial, self._cursor.fetchone()[0]
 
 
 def run_plan(db: Database, plan: Plan[T], kept: KeptRows | None = None) -> T:
@@ -127,8 +132,8 @@ def run_plan(db: Database, plan: Plan[T], kept: KeptRows | None = None) -> T:
     with reader(db) as read:
         version = read.data_version() if kept is not None else None
         while True:
-            if version is not None and step.read.cache_by:
-                key = (step.read, tuple(step.params.items()))
+            key = KeptRows.key(step.read, step.params) if version is not None and step.read.cache_by else None
+            if key is not None:
                 found, rows = kept.get(key, version)
                 (POLL_KEPT if found else POLL_SERVER).inc()
                 if not found:
@@ -194,6 +199,7 @@ def reader(db: Database) -> Iterator[Reader]:
 # closed when the thread ends (its thread-local goes) or after an error.
 _per_thread: weakref.WeakKeyDictionary[Database, threading.local] = weakref.WeakKeyDictionary()
 _per_thread_lock = threading.Lock()
+_serials = itertools.count(1)  # each reader connection's, for ``Reader.data_version``
 
 
 @contextlib.contextmanager
@@ -210,10 +216,11 @@ def _sqlite_reader(db: Database) -> Iterator[Reader]:
             raise StoreError(f"database error: {exc.__class__.__name__}: {exc}") from exc
         fairy.detach()
         driver = local.driver = fairy.dbapi_connection
+        local.serial = next(_serials)
     try:
         cursor = driver.cursor()
         try:
-            yield Reader(db.engine.dialect, cursor)
+            yield Reader(db.engine.dialect, cursor, local.serial)
         finally:
             cursor.close()
     except db.engine.dialect.loaded_dbapi.Error as exc:

@@ -22,22 +22,31 @@ from .tags import backfill_batch_tags
 
 def announce_batch_changes(conn: Connection) -> None:
     """On PostgreSQL, every insert, update and delete of ``batches`` and ``batch_tags`` notifies channel
-    ``openrelay_batches`` with the row's organization, at commit (``store.read_cache``). SQLite has no notices:
-    its reads are local and need no cache."""
+    ``openrelay_batches`` with the row's organization, at commit (``store.read_cache``); but for an update of a
+    batch that changes only its lease (a worker's heartbeat, every tick of every running batch), which no poll's
+    answer shows. ``ALTER DATABASE ... SET openrelay.notices = 'off'`` stops them (each commit that notifies
+    takes PostgreSQL's notify lock: docs/deploy.md has what that costs); the API's listeners then keep nothing.
+    SQLite has no notices: its polls check the file's ``data_version`` instead."""
     if conn.dialect.name != "postgresql":
         return
     conn.exec_driver_sql(
         "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
         "BEGIN "
+        "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
         "IF TG_OP = 'DELETE' THEN PERFORM pg_notify('openrelay_batches', OLD.org_id); "
         "ELSE PERFORM pg_notify('openrelay_batches', NEW.org_id); END IF; "
         "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
         "PERFORM pg_notify('openrelay_batches', OLD.org_id); END IF; "
         "RETURN NULL; END $$")
-    for table in ("batches", "batch_tags"):
-        conn.exec_driver_sql(
-            f"CREATE TRIGGER {table}_announce AFTER INSERT OR UPDATE OR DELETE ON {table} "
-            "FOR EACH ROW EXECUTE FUNCTION openrelay_announce_batch_change()")
+    run = "EXECUTE FUNCTION openrelay_announce_batch_change()"
+    unleased = "(to_jsonb({}) - 'lease_owner' - 'lease_expires_at')"
+    for statement in (
+            f"CREATE TRIGGER batches_announce AFTER INSERT OR DELETE ON batches FOR EACH ROW {run}",
+            f"CREATE TRIGGER batches_announce_update AFTER UPDATE ON batches FOR EACH ROW "
+            f"WHEN ({unleased.format('OLD')} IS DISTINCT FROM {unleased.format('NEW')}) {run}",
+            f"CREATE TRIGGER batch_tags_announce AFTER INSERT OR UPDATE OR DELETE ON batch_tags FOR EACH ROW {run}"):
+        conn.exec_driver_sql(statement)
+
 
 __all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
 

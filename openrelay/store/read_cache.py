@@ -16,22 +16,29 @@ commit's notice. A request of this process that writes an organization's batches
 forgets that organization's kept reads as it returns (``api.app``): a client that cancels and then polls the same
 process sees its own cancel without waiting for the notice.
 
-Across processes an answer may lag a commit by the notice's delivery (a millisecond on a LAN); while the listening
-connection is down (a restart, a failover), nothing is kept or reused, every poll reads the server, and
-everything kept before is dropped once the listener is back. A listening connection that goes silent without
-closing (a cut network) is found by TCP keepalives within ``KEEPALIVE_SECONDS``.
+Across processes an answer may lag a commit by the notice's delivery (a millisecond on a LAN). The listener proves
+it hears: right after its LISTEN, and every ``PROBE_SECONDS`` after that, it sends a notice of its own (a payload no
+organization id can be) and counts itself as listening only once that comes back. While it is not listening (not
+yet, a restart, a failover, a network gone silent, or a pooler in transaction mode that never carries a LISTEN:
+then set ``OPENRELAY_POLL_CACHE=0``), nothing is kept or reused and every poll reads the server; everything kept
+before is dropped when it listens again. An update that changes only a batch's lease (the heartbeats) sends no
+notice: no poll's answer shows the lease.
 
-Memory is bounded: at most 20,000 kept rows (``KeptRows``), the oldest dropped first, and a generation for at most
-100,000 organizations (past that, everything is forgotten and counting starts afresh).
+Memory is bounded: kept rows weigh what their values hold (``KeptRows``, 16 MiB in all, the oldest dropped first),
+a read with a parameter longer than any stored value can be is never kept (a client's 60 KB ``model=`` would only
+fill memory), and a generation is held for at most 100,000 organizations (past that, everything is forgotten and
+counting starts afresh).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import secrets
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import psycopg
@@ -43,9 +50,11 @@ __all__ = ["KeptRows", "ReadCache", "CHANNEL", "Token", "POLL_KEPT", "POLL_SERVE
 log = logging.getLogger("openrelay.store")
 
 CHANNEL = "openrelay_batches"
-KEEPALIVE_SECONDS = 15  # idle 5 s, then 5 probes 2 s apart
-_RETRY_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+PROBE_SECONDS = 5.0  # a listener whose own notice has not come back within this long is taken as down
+_PROBE = " probe "  # starts a probe's payload; no organization id holds a space
+_RETRY_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 30.0)
 _MOST_ORGS = 100_000
+LONGEST_PARAMETER = 600  # characters: an id, a tag (at most 512), a model name; a longer one is kept by no read
 POLL_KEPT, POLL_SERVER = POLL_READS.labels("kept"), POLL_READS.labels("server")
 
 # The generations a read was made under: the listener's (bumped each time it starts afresh) and its
@@ -54,14 +63,22 @@ Token = tuple[int, int]
 
 
 class KeptRows:
-    """Rows of reads by (read, parameters), each with the token it was read under: at most ``max_rows`` rows in
-    all (a batch's read is one, a page's up to 101), the least recently kept dropped first. A row of a batch is
-    about a kilobyte in memory, so the default holds about 20 MB. Used on the event loop only."""
+    """Rows of reads by (read, parameters), each with the token it was read under, weighing at most ``max_bytes``
+    in all (each entry its values' lengths, and 64 per value and row besides), the least recently kept dropped
+    first. Used on the event loop only."""
 
-    def __init__(self, max_rows: int = 20_000) -> None:
-        self._max_rows = max_rows
-        self._rows = 0
+    def __init__(self, max_bytes: int = 16 << 20) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._entries: OrderedDict[Hashable, tuple[Hashable, Any, int]] = OrderedDict()
+
+    @staticmethod
+    def key(read: Any, params: Mapping[str, Any]) -> Hashable | None:
+        """The entry of ``read`` with ``params``, or None when a parameter is too long to be worth keeping."""
+        for value in params.values():
+            if type(value) is str and len(value) > LONGEST_PARAMETER:
+                return None
+        return read, tuple(params.items())
 
     def get(self, key: Hashable, token: Hashable | None) -> tuple[bool, Any]:
         """(True, rows) when ``key``'s rows were kept under ``token``, else (False, None)."""
@@ -73,18 +90,27 @@ class KeptRows:
     def put(self, key: Hashable, token: Hashable, rows: Any) -> None:
         """Keep ``rows`` (a row, None, or a tuple of rows) of ``key`` under ``token``."""
         entries = self._entries
-        weight = len(rows) if type(rows) is tuple and rows and type(rows[0]) is tuple else 1
+        weight = _weight(key) + _weight(rows)
         old = entries.pop(key, None)
         if old is not None:
-            self._rows -= old[2]
+            self._bytes -= old[2]
         entries[key] = (token, rows, weight)
-        self._rows += weight
-        while self._rows > self._max_rows and entries:
-            self._rows -= entries.popitem(last=False)[1][2]
+        self._bytes += weight
+        while self._bytes > self._max_bytes and entries:
+            self._bytes -= entries.popitem(last=False)[1][2]
 
     def clear(self) -> None:
         self._entries.clear()
-        self._rows = 0
+        self._bytes = 0
+
+
+def _weight(value: Any) -> int:
+    """About what ``value`` (rows, a key: tuples of plain values) holds, in bytes."""
+    if type(value) is tuple:
+        return 64 + sum(_weight(item) for item in value)
+    if type(value) is str:
+        return 64 + len(value)
+    return 64
 
 
 class ReadCache:
@@ -93,6 +119,7 @@ class ReadCache:
     def __init__(self, url: str, *, enabled: bool = True) -> None:
         self._url = url
         self._enabled = enabled  # off: it never listens, so nothing is kept (OPENRELAY_POLL_CACHE=0)
+        self._name = secrets.token_hex(8)  # in its probes: its own are told from every other process's
         self._entries = KeptRows()
         self._orgs: dict[str, int] = {}
         self._generation = 0
@@ -135,25 +162,58 @@ class ReadCache:
     async def _listen(self) -> None:
         attempt = 0
         while True:
+            outcome = "down"  # or "heard" (listened a while), "deaf" (its probe never came back), "off"
             try:
                 conn = await psycopg.AsyncConnection.connect(
                     self._url, autocommit=True, application_name="openrelay-read-cache", connect_timeout=5,
                     keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=5)
                 async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    # Every answer kept under an earlier listener may have missed a notice: start afresh.
-                    self._forget()
-                    self.listening = True
-                    attempt = 0
-                    async for notice in conn.notifies():
-                        self.changed(notice.payload)
+                    setting = await (await conn.execute("SELECT current_setting('openrelay.notices', true)")
+                                     ).fetchone()
+                    if setting is not None and setting[0] == "off":
+                        outcome = "off"  # the database sends no change notices: nothing may be kept
+                    else:
+                        await conn.execute(f"LISTEN {CHANNEL}")
+                        outcome = "heard" if await self._hear(conn) else "deaf"
             except psycopg.Error as exc:
                 log.info("the read cache's listener is down (%s); polls read the server until it is back", exc)
+            except Exception:  # a bug here must not end the listener for good; polls read the server meanwhile
+                log.exception("the read cache's listener failed; polls read the server until it is back")
             finally:
                 self.listening = False
                 self._forget()
+            if outcome == "off":
+                log.info("the database's openrelay.notices is off: polls read the server")
+            elif outcome == "deaf":
+                log.warning("the read cache's listener did not hear its own notice within %.0f s; polls read the "
+                            "server. Behind a pooler in transaction mode, set OPENRELAY_POLL_CACHE=0",
+                            PROBE_SECONDS)
+            attempt = 0 if outcome == "heard" else attempt + 1
             await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
-            attempt += 1
+
+    async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Take notices on ``conn`` until it fails or stops hearing its own probes; whether it ever heard one.
+        Each round sends a probe and takes notices for ``PROBE_SECONDS``; one that ends without its probe back
+        ends the listening."""
+        heard = False
+        for n in itertools.count():
+            probe = f"{_PROBE}{self._name}:{n}"
+            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, probe))
+            back = False
+            async for notice in conn.notifies(timeout=PROBE_SECONDS):
+                payload = notice.payload
+                if not payload.startswith(_PROBE):
+                    self.changed(payload)
+                elif payload == probe and not back:
+                    back = True
+                    if not heard:
+                        # Every answer kept under an earlier listener may have missed a notice: start afresh.
+                        heard = True
+                        self._forget()
+                        self.listening = True
+            if not back:
+                return heard
+        return heard
 
     def _forget(self) -> None:
         self._generation += 1
