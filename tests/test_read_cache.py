@@ -8,9 +8,11 @@ the two stores keep rows by different means, and each is tested on its own."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import psycopg
@@ -22,7 +24,7 @@ from openrelay.store import compiled
 from openrelay.store.accounts import Accounts
 from openrelay.store.compiled import CompiledRead, First, run_plan
 from openrelay.store.db import Database
-from openrelay.store.read_cache import KeptRows
+from openrelay.store.read_cache import KeptRows, ReadCache
 from openrelay.store.schema import organizations
 from tests.support.execution import chat, create, wait_for
 from tests.support.server import PG_ADMIN_URL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
@@ -235,3 +237,28 @@ def test_a_read_with_a_parameter_longer_than_any_stored_value_is_never_kept(serv
     for _ in range(5):
         assert server.http("GET", "/batches", params={"model": "m" * 500}).json()["data"] == []
     assert _poll_reads(server).get("kept", 0) >= before + 4
+
+
+def test_a_listener_that_never_hears_its_own_probe_keeps_nothing() -> None:
+    """Behind PgBouncer in transaction mode a LISTEN and a NOTIFY both succeed, but on different server sessions,
+    so no notice ever arrives. (No PgBouncer here: a stand-in connection behaves as it does.) The listener must
+    not count itself as listening, so nothing is kept."""
+
+    class Pooled:  # a connection through a pooler in transaction mode
+        sent: list[tuple[str, tuple[str, ...] | None]] = []
+
+        async def execute(self, sql: str, args: tuple[str, ...] | None = None) -> None:
+            self.sent.append((sql, args))
+
+        async def notifies(self, *, timeout: float):  # noqa: ANN201 - an async generator of nothing
+            return
+            yield
+
+    async def run() -> tuple[bool, bool, Any]:
+        cache = ReadCache("postgresql://unused")
+        heard = await cache._hear(Pooled())
+        return heard, cache.listening, cache.token("org")
+
+    heard, listening, token = asyncio.run(run())
+    assert (heard, listening, token) == (False, False, None)
+    assert [sql for sql, _ in Pooled.sent] == ["SELECT pg_notify(%s, %s)"]  # one probe, then it gave up
