@@ -198,7 +198,11 @@ class ReadCache:
         heard = False
         for n in itertools.count():
             probe = f"{_PROBE}{self._name}:{n}"
-            await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, probe))
+            try:  # on a connection gone silent, a statement waits for TCP to give up (minutes): not that long
+                async with asyncio.timeout(PROBE_SECONDS):
+                    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, probe))
+            except TimeoutError:
+                return heard
             back = False
             async for notice in conn.notifies(timeout=PROBE_SECONDS):
                 payload = notice.payload
