@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -194,10 +193,10 @@ def test_postgresql_announces_every_change_a_poll_can_show_and_no_heartbeat(
             later.execute("UPDATE batches SET metadata = '{\"a\": \"b\"}' WHERE id = %s", (batch_id,))
             later.execute("SELECT pg_notify('openrelay_batches', ' marker')")
         assert [n.payload for n in listener.notifies(stop_after=1, timeout=10)] == [" marker"]
-    b.api_key = b.new_org_key()  # B has not polled yet: its listener starts now, under the setting
-    for _ in range(10):
-        assert not _listening(b)
-        time.sleep(0.1)
+    b.api_key = b.new_org_key()  # B has not polled yet: its listener starts with this poll, under the setting
+    assert not _listening(b)
+    wait_for(lambda: "openrelay.notices is off" in b.log(), "B's listener to read the setting", timeout=30)
+    assert not _listening(b)  # it has decided: nothing is kept
 
 
 def test_sqlite_kept_rows_do_not_outlive_the_reader_connection_they_were_read_on(tmp_path) -> None:
