@@ -14,15 +14,16 @@ fi
 runs="$(mktemp -d /tmp/orl-suite-XXXXXX)"
 trap 'rm -rf "$runs"' EXIT
 echo "== store: SQLite and PostgreSQL, side by side (started $(date +%T)) ==" >&2
+stores=(sqlite postgres)
 pids=()
-for store in sqlite postgres; do
+for store in "${stores[@]}"; do
   OPENRELAY_TEST_DB="$store" .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$runs/$store" "$@" \
     > "$runs/$store.log" 2>&1 &
   pids+=("$!")
 done
 failed=0
-for i in 0 1; do
-  store=$([ "$i" = 0 ] && echo sqlite || echo postgres)
+for i in "${!stores[@]}"; do
+  store="${stores[$i]}"
   if ! wait "${pids[$i]}"; then failed=1; fi
   echo "== store: $store ==" >&2
   cat "$runs/$store.log"

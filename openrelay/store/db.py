@@ -17,36 +17,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import NotFound, StoreError, StoreUnavailable
 from ..ids import now
+from .read_cache import create_change_trigger
 from .tags import backfill_batch_tags
-
-
-def announce_batch_changes(conn: Connection) -> None:
-    """On PostgreSQL, every insert, update and delete of ``batches`` and ``batch_tags`` notifies channel
-    ``openrelay_batches`` with the row's organization, at commit (``store.read_cache``); but for an update of a
-    batch that changes only its lease (a worker's heartbeat, every tick of every running batch), which no poll's
-    answer shows. ``ALTER DATABASE ... SET openrelay.notices = 'off'`` stops them (each commit that notifies
-    takes PostgreSQL's notify lock: docs/deploy.md has what that costs); the API's listeners then keep nothing.
-    SQLite has no notices: its polls check the file's ``data_version`` instead."""
-    if conn.dialect.name != "postgresql":
-        return
-    conn.exec_driver_sql(
-        "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        "BEGIN "
-        "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
-        "IF TG_OP = 'DELETE' THEN PERFORM pg_notify('openrelay_batches', OLD.org_id); "
-        "ELSE PERFORM pg_notify('openrelay_batches', NEW.org_id); END IF; "
-        "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
-        "PERFORM pg_notify('openrelay_batches', OLD.org_id); END IF; "
-        "RETURN NULL; END $$")
-    run = "EXECUTE FUNCTION openrelay_announce_batch_change()"
-    unleased = "(to_jsonb({}) - 'lease_owner' - 'lease_expires_at')"
-    for statement in (
-            f"CREATE TRIGGER batches_announce AFTER INSERT OR DELETE ON batches FOR EACH ROW {run}",
-            f"CREATE TRIGGER batches_announce_update AFTER UPDATE ON batches FOR EACH ROW "
-            f"WHEN ({unleased.format('OLD')} IS DISTINCT FROM {unleased.format('NEW')}) {run}",
-            f"CREATE TRIGGER batch_tags_announce AFTER INSERT OR UPDATE OR DELETE ON batch_tags FOR EACH ROW {run}"):
-        conn.exec_driver_sql(statement)
-
 
 __all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
 
@@ -90,7 +62,7 @@ MIGRATIONS = _migration_files()
 # tables as of its version (not schema.py's), since later migrations may change them.
 BACKFILLS: dict[int, Callable[[Connection], None]] = {
     6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
-    10: announce_batch_changes,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
+    10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
 }
 
 

@@ -42,10 +42,11 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import psycopg
+from sqlalchemy.engine import Connection
 
 from ..metrics import POLL_READS
 
-__all__ = ["KeptRows", "ReadCache", "CHANNEL", "Token", "POLL_KEPT", "POLL_SERVER"]
+__all__ = ["KeptRows", "ReadCache", "CHANNEL", "Token", "POLL_KEPT", "POLL_SERVER", "create_change_trigger"]
 
 log = logging.getLogger("openrelay.store")
 
@@ -196,7 +197,7 @@ class ReadCache:
         Each round sends a probe and takes notices for ``PROBE_SECONDS``; one that ends without its probe back
         ends the listening."""
         heard = False
-        for n in itertools.count():
+        for n in itertools.count():  # ends by a return: when a probe does not come back
             probe = f"{_PROBE}{self._name}:{n}"
             try:  # on a connection gone silent, a statement waits for TCP to give up (minutes): not that long
                 async with asyncio.timeout(PROBE_SECONDS):
@@ -217,7 +218,7 @@ class ReadCache:
                         self.listening = True
             if not back:
                 return heard
-        return heard
+        raise AssertionError("itertools.count() ended")
 
     def _forget(self) -> None:
         self._generation += 1
@@ -230,3 +231,31 @@ class ReadCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+def create_change_trigger(conn: Connection) -> None:
+    """On PostgreSQL, every insert, update and delete of ``batches`` and ``batch_tags`` notifies channel
+    ``CHANNEL`` with the row's organization, at commit, for the listeners above; but for an update of a
+    batch that changes only its lease (a worker's heartbeat, every tick of every running batch), which no poll's
+    answer shows. ``ALTER DATABASE ... SET openrelay.notices = 'off'`` stops them (each commit that notifies
+    takes PostgreSQL's notify lock: docs/deploy.md has what that costs); the API's listeners then keep nothing.
+    SQLite has no notices: its polls check the file's ``data_version`` instead."""
+    if conn.dialect.name != "postgresql":
+        return
+    conn.exec_driver_sql(
+        "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN "
+        "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
+        f"IF TG_OP = 'DELETE' THEN PERFORM pg_notify('{CHANNEL}', OLD.org_id); "
+        f"ELSE PERFORM pg_notify('{CHANNEL}', NEW.org_id); END IF; "
+        "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
+        f"PERFORM pg_notify('{CHANNEL}', OLD.org_id); END IF; "
+        "RETURN NULL; END $$")
+    run = "EXECUTE FUNCTION openrelay_announce_batch_change()"
+    unleased = "(to_jsonb({}) - 'lease_owner' - 'lease_expires_at')"
+    for statement in (
+            f"CREATE TRIGGER batches_announce AFTER INSERT OR DELETE ON batches FOR EACH ROW {run}",
+            f"CREATE TRIGGER batches_announce_update AFTER UPDATE ON batches FOR EACH ROW "
+            f"WHEN ({unleased.format('OLD')} IS DISTINCT FROM {unleased.format('NEW')}) {run}",
+            f"CREATE TRIGGER batch_tags_announce AFTER INSERT OR UPDATE OR DELETE ON batch_tags FOR EACH ROW {run}"):
+        conn.exec_driver_sql(statement)

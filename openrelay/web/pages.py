@@ -86,14 +86,11 @@ def dashboard_route(rt: Runtime, *, write: bool = False,
                 signed = Signed(key=key, csrf=csrf_for(session_id or ""))
                 if write and not streamed:
                     require_csrf(signed, (await request.form()).get("csrf"))
-                if not write:
-                    return await handler(request, signed, **request.path_params)
                 try:
                     return await handler(request, signed, **request.path_params)
-                finally:  # the API's polls of this process see the write at once (api.app, wrote)
-                    wrote = getattr(request.app.state, "org_wrote", None)
-                    if wrote is not None:
-                        wrote(key.org_id)
+                finally:
+                    if write:  # the API's polls of this process see the write at once (api.app, wrote)
+                        request.app.state.org_wrote(key.org_id)
             except Unauthorized:
                 if request.method == "GET" and not request.headers.get("hx-request"):
                     return redirect(url_with("/login", [], next=_same_site_path(request)))

@@ -1,4 +1,4 @@
 -- Change notices for the API's read cache (openrelay/store/read_cache.py): on PostgreSQL a trigger on batches
 -- and batch_tags notifies channel openrelay_batches with the row's org_id at commit. The trigger is made by this
--- version's hook (store/db.py, announce_batch_changes): its function body holds semicolons, which this file's
+-- version's hook (store/read_cache.py, create_change_trigger): its function body holds semicolons, which this file's
 -- statements are split on. SQLite has nothing to add.
