@@ -25,13 +25,24 @@ class TokenPrice:
     input_scaled: int
     output_scaled: int
     scale: int
+    cached_scaled: int | None = None  # cached input tokens' rate; None: the input rate
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """nano-USD, rounded half to even."""
-        whole, rest = divmod(prompt_tokens * self.input_scaled + completion_tokens * self.output_scaled, self.scale)
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
+        """nano-USD, rounded half to even. ``cached_tokens`` (at most ``prompt_tokens``) of the prompt are billed
+        at the cached rate, the rest at the input rate."""
+        cached = max(0, min(cached_tokens, prompt_tokens)) if self.cached_scaled is not None else 0
+        cached_rate = self.cached_scaled if self.cached_scaled is not None else self.input_scaled
+        scaled = ((prompt_tokens - cached) * self.input_scaled + cached * cached_rate
+                  + completion_tokens * self.output_scaled)
+        whole, rest = divmod(scaled, self.scale)
         if 2 * rest > self.scale or (2 * rest == self.scale and whole % 2):
             whole += 1
         return whole
+
+
+DEFAULT_CONCURRENCY = 8  # requests in flight per running batch when the catalog says nothing
+DEFAULT_MIN_CONCURRENCY = 1  # bounds of concurrency = "auto"
+DEFAULT_MAX_CONCURRENCY = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +50,8 @@ class ModelSpec:
     name: str
     endpoints: tuple[str, ...]
     slots: int
+    # Requests in flight per running batch; with ``adaptive`` (concurrency = "auto") the most one batch may have,
+    # ``max_concurrency``, while a limiter per engine replica (worker/limiter.py) sets how many are sent.
     concurrency: int
     input_usd_per_mtok: Decimal
     output_usd_per_mtok: Decimal
@@ -46,12 +59,21 @@ class ModelSpec:
     # The most tokens a record's answer may have when the record sets no max_tokens (a dry run's estimate);
     # None: the llama-cpp engine's own max_tokens, else service/estimate.py's DEFAULT_MAX_TOKENS.
     default_max_tokens: int | None = None
+    adaptive: bool = False
+    min_concurrency: int = DEFAULT_MIN_CONCURRENCY
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    cached_input_usd_per_mtok: Decimal | None = None  # None: cached input tokens cost the input rate
+    prefix_grouping: bool = True  # dispatch records that share a prompt prefix back to back (worker/dispatch.py)
 
     def price(self, factor: Decimal) -> TokenPrice:
-        rates = [rate * _NANO_PER_USD_PER_MTOK * factor for rate in (self.input_usd_per_mtok, self.output_usd_per_mtok)]
+        usd = [self.input_usd_per_mtok, self.output_usd_per_mtok]
+        if self.cached_input_usd_per_mtok is not None:
+            usd.append(self.cached_input_usd_per_mtok)
+        rates = [rate * _NANO_PER_USD_PER_MTOK * factor for rate in usd]
         exponent = min(0, *(int(r.as_tuple().exponent) for r in rates))
         scale = 10 ** -exponent
-        return TokenPrice(int(rates[0] * scale), int(rates[1] * scale), scale)
+        cached = int(rates[2] * scale) if len(rates) > 2 else None
+        return TokenPrice(int(rates[0] * scale), int(rates[1] * scale), scale, cached)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,12 +157,17 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
     engine = raw.get("engine")
     if not isinstance(engine, dict) or "kind" not in engine:
         raise CatalogError(f"catalog: model {name!r} needs engine = {{ kind = ... }}")
-    slots, concurrency = int(raw.get("slots", 1)), int(raw.get("concurrency", 8))
-    if slots < 1 or concurrency < 1:
-        raise CatalogError(f"catalog: model {name!r} needs slots and concurrency >= 1")
+    slots = int(raw.get("slots", 1))
+    adaptive, concurrency, low, high = _concurrency(name, raw)
+    if slots < 1:
+        raise CatalogError(f"catalog: model {name!r} needs slots >= 1")
     default_max_tokens = raw.get("default_max_tokens")
     if default_max_tokens is not None and (type(default_max_tokens) is not int or default_max_tokens < 1):
         raise CatalogError(f"catalog: model {name!r} needs default_max_tokens to be a positive integer")
+    grouping = raw.get("prefix_grouping", True)
+    if type(grouping) is not bool:
+        raise CatalogError(f"catalog: model {name!r} needs prefix_grouping to be true or false")
+    cached = raw.get("cached_input_usd_per_mtok")
     return ModelSpec(
         name=name,
         endpoints=endpoints,
@@ -150,7 +177,27 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
         output_usd_per_mtok=Decimal(str(raw.get("output_usd_per_mtok", 0))),
         engine=dict(engine),
         default_max_tokens=default_max_tokens,
+        adaptive=adaptive,
+        min_concurrency=low,
+        max_concurrency=high,
+        cached_input_usd_per_mtok=None if cached is None else Decimal(str(cached)),
+        prefix_grouping=grouping,
     )
+
+
+def _concurrency(name: str, raw: dict[str, Any]) -> tuple[bool, int, int, int]:
+    """(adaptive, concurrency, min_concurrency, max_concurrency): an integer ``concurrency`` keeps its meaning
+    (requests in flight per running batch); ``"auto"`` lets a limiter find it between the two bounds."""
+    value = raw.get("concurrency", DEFAULT_CONCURRENCY)
+    low = raw.get("min_concurrency", DEFAULT_MIN_CONCURRENCY)
+    high = raw.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)
+    if type(low) is not int or type(high) is not int or not 1 <= low <= high:
+        raise CatalogError(f"catalog: model {name!r} needs 1 <= min_concurrency <= max_concurrency (integers)")
+    if value == "auto":
+        return True, high, low, high
+    if type(value) is not int or value < 1:
+        raise CatalogError(f'catalog: model {name!r} needs concurrency to be an integer >= 1 or "auto"')
+    return False, value, low, high
 
 
 def parse_catalog(text: str) -> Catalog:
