@@ -111,6 +111,18 @@ def test_open_seeks_to_an_offset(backend: Backend) -> None:
         assert handle.read(20) == data[10:30]
 
 
+def test_read_ranges_returns_each_range_in_the_order_asked(backend: Backend) -> None:
+    """A worker reads a batch's records in dispatch order (``read_ranges``), not in the file's order."""
+    data = payload(3 << 20)
+    key = keys.file_key("file-ranges")
+    write(backend.blobs, key, data)
+    ranges = [(2_900_000, 77), (0, 10), (1_000_000, 65_536), (5, 0), (len(data) - 3, 3)]
+    assert backend.blobs.read_ranges(key, ranges) == [data[s:s + n] for s, n in ranges]
+    assert backend.blobs.read_ranges(key, []) == []
+    with pytest.raises(BlobMissing):
+        backend.blobs.read_ranges(keys.file_key("file-none"), [(0, 1)])
+
+
 @pytest.mark.parametrize("size", [10, BIG], ids=["small", "multipart"])
 def test_a_failed_writer_leaves_nothing(backend: Backend, size: int) -> None:
     key = keys.chunk_key("b1", 1, "out", "run")

@@ -4,7 +4,7 @@ Keys are built by ``blobs.keys`` only; both stores keep the same layout under th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
 
@@ -36,6 +36,11 @@ class BlobStore(Protocol):
         ...
 
     def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]: ...
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(start, length)`` range of ``key``, in the order asked (a range past the end is
+        cut short). Raises BlobMissing when absent. A worker reads a batch's records in dispatch order by these."""
+        ...
 
     def compose(self, key: str, sources: Iterable[str]) -> int:
         """Write ``key`` as the concatenation of ``sources``; returns its size."""

@@ -2,6 +2,7 @@
 
     files/<file id>                                   an uploaded file, or a create's inline records
     batches/<batch id>/rejections.jsonl               records the create refused
+    batches/<batch id>/dispatch.bin                   the order its records are sent in (openrelay/prefix.py)
     batches/<batch id>/chunks/<seq>.<run>.<out|err>.jsonl
                                                       result lines made durable while the batch ran; <run> is
                                                       the writing run's own token, so a run that lost its lease
@@ -15,8 +16,8 @@ Keys are ``/``-separated, never start with ``/`` and hold no ``..`` part (``chec
 
 from __future__ import annotations
 
-__all__ = ["file_key", "rejections_key", "chunk_key", "chunks_folder", "tail_key", "output_key", "error_key",
-           "check_key"]
+__all__ = ["file_key", "rejections_key", "dispatch_order_key", "chunk_key", "chunks_folder", "tail_key", "output_key",
+           "error_key", "check_key"]
 
 
 def file_key(file_id: str) -> str:
@@ -25,6 +26,10 @@ def file_key(file_id: str) -> str:
 
 def rejections_key(batch_id: str) -> str:
     return f"batches/{batch_id}/rejections.jsonl"
+
+
+def dispatch_order_key(batch_id: str) -> str:
+    return f"batches/{batch_id}/dispatch.bin"
 
 
 def chunk_key(batch_id: str, seq: int, kind: str, run: str) -> str:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -64,6 +64,14 @@ class LocalBlobStore:
         with self.open(key) as handle:
             while chunk := handle.read(chunk_size):
                 yield chunk
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        with self.open(key) as handle:
+            fd = handle.fileno()
+            try:
+                return [os.pread(fd, length, start) for start, length in ranges]
+            except OSError as exc:
+                raise StoreError(f"cannot read blob {key!r}: {exc}") from exc
 
     def compose(self, key: str, sources: Iterable[str]) -> int:
         with self.writer(key) as out:

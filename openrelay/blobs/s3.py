@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, BinaryIO
@@ -138,6 +138,19 @@ class S3BlobStore:
         with self.open(key) as handle:
             while chunk := handle.read(chunk_size):
                 yield chunk
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        if not ranges:
+            self._head(key)  # absent is BlobMissing, as for any other read
+            return []
+        try:
+            found = obstore.get_ranges(self._store, _path(key), starts=[start for start, _ in ranges],
+                                       lengths=[length for _, length in ranges])
+        except _MISSING as exc:
+            raise BlobMissing(f"blob {key!r} is missing") from exc
+        except _DRIVER_ERRORS as exc:
+            raise _failure(f"cannot read blob {key!r}", exc) from exc
+        return [bytes(part) for part in found]
 
     def compose(self, key: str, sources: Iterable[str]) -> int:
         size = 0
