@@ -38,8 +38,8 @@ class BlobStore(Protocol):
     def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]: ...
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each ``(start, length)`` range of ``key``, in the order asked (a range past the end is
-        cut short). Raises BlobMissing when absent. A worker reads a batch's records in dispatch order by these."""
+        """The bytes of each ``(start, length)`` range of ``key`` (within the blob), in the order asked. Raises
+        BlobMissing when absent. A worker reads a batch's records in dispatch order by these."""
         ...
 
     def compose(self, key: str, sources: Iterable[str]) -> int:

@@ -140,17 +140,19 @@ class S3BlobStore:
                 yield chunk
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        if not ranges:
+        asked = [(start, length) for start, length in ranges if length > 0]  # S3 has no empty range
+        if not asked:
             self._head(key)  # absent is BlobMissing, as for any other read
-            return []
+            return [b"" for _ in ranges]
         try:
-            found = obstore.get_ranges(self._store, _path(key), starts=[start for start, _ in ranges],
-                                       lengths=[length for _, length in ranges])
+            found = obstore.get_ranges(self._store, _path(key), starts=[start for start, _ in asked],
+                                       lengths=[length for _, length in asked])
         except _MISSING as exc:
             raise BlobMissing(f"blob {key!r} is missing") from exc
         except _DRIVER_ERRORS as exc:
             raise _failure(f"cannot read blob {key!r}", exc) from exc
-        return [bytes(part) for part in found]
+        parts = iter(found)
+        return [bytes(next(parts)) if length > 0 else b"" for _, length in ranges]
 
     def compose(self, key: str, sources: Iterable[str]) -> int:
         size = 0
