@@ -3,7 +3,10 @@
 Run: ``python -m tests.support.test_engine --host 127.0.0.1 --port 0 [--no-record]``; once listening it
 prints ``READY port=<N>``. Behaviour is steered by ``#key=value`` tokens in the request text
 (``#status=NNN``, ``#sleep=S``, ``#fail_times=N``, ``#tokens=N``, ``#hold=NAME``) and by the ``/control/*``
-endpoints.
+endpoints. ``#cached_tokens=N`` and ``#reasoning_tokens=N`` put usage details into the answer, as vLLM, SGLang
+and llama-server report them (chat and text completions: ``prompt_tokens_details.cached_tokens``,
+``completion_tokens_details.reasoning_tokens``; ``/v1/responses``: ``input_tokens_details``,
+``output_tokens_details``), however many tokens the answer has.
 ``#hold=NAME`` makes the request wait, before any other directive, until a test lets it go:
 ``POST /control/release {"name": NAME}`` opens that gate for every request held there now and later,
 ``{"name": NAME, "count": K}`` lets only K of the waiting ones through (the gate stays closed), and ``{}`` opens
@@ -151,6 +154,24 @@ async def apply_directives(text: str) -> tuple[Response | None, int | None]:
     return None, int(d["tokens"]) if "tokens" in d else None
 
 
+def detail_directives(text: str) -> tuple[int | None, int | None]:
+    """(``#cached_tokens=N``, ``#reasoning_tokens=N``) of the request text; None where absent."""
+    d = parse_directives(text)
+    cached, reasoning = d.get("cached_tokens"), d.get("reasoning_tokens")
+    return (None if cached is None else int(cached)), (None if reasoning is None else int(reasoning))
+
+
+def chat_usage_details(text: str) -> Body:
+    """The usage details chat and text completions carry for the text's detail directives (none without)."""
+    cached, reasoning = detail_directives(text)
+    details: Body = {}
+    if cached is not None:
+        details["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning is not None:
+        details["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return details
+
+
 async def echo_answer(body: Body, text: str, prompt_tokens: int, kind: str) -> Response:
     """Shared by chat and text completions: they differ only in ids, object name and choice shape."""
     err, forced = await apply_directives(text)
@@ -166,6 +187,7 @@ async def echo_answer(body: Body, text: str, prompt_tokens: int, kind: str) -> R
         choice = {"index": 0, "text": answer, "finish_reason": "stop", "logprobs": None}
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion}
     usage["total_tokens"] = prompt_tokens + completion
+    usage.update(chat_usage_details(text))
     return json_response({
         "id": f"{prefix}-{uuid.uuid4().hex[:12]}", "object": obj, "created": int(time.time()),
         "model": body.get("model"), "choices": [choice], "usage": usage,
@@ -205,7 +227,8 @@ async def tool_turn(body: Body, roles: list[Any], texts: list[str], last_user: s
     return json_response({
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model"), "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                  **chat_usage_details(last_user)},
     })
 
 
@@ -240,14 +263,15 @@ async def responses(body: Body) -> Response:
     instructions = body.get("instructions")
     prompt = sum(map(word_count, [*texts, *results, instructions if isinstance(instructions, str) else ""]))
     completion = forced if forced is not None else words
+    cached, reasoning = detail_directives(last_user)
     return json_response({
         "id": f"resp_{uuid.uuid4().hex[:12]}", "object": "response", "created_at": int(time.time()),
         "status": "completed", "error": None, "incomplete_details": None, "instructions": instructions,
         "metadata": body.get("metadata") or {}, "model": body.get("model"), "output": output,
         "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto", "tools": body.get("tools") or [],
         "top_p": 1.0, "usage": {
-            "input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning or 0},
             "total_tokens": prompt + completion},
     })
 
