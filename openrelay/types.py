@@ -161,7 +161,9 @@ class Batch:
     rejected_count: int = 0
     rejections_file_id: str | None = None
     input_tokens: int = 0
+    cached_tokens: int = 0  # of input_tokens: what the engine's usage details say it served from its cache
     output_tokens: int = 0
+    reasoning_tokens: int = 0  # of output_tokens
     cost_nano_usd: int = 0
     metadata: dict[str, str] | None = None
     started: bool = False
@@ -169,6 +171,7 @@ class Batch:
     lease_expires_at: float | None = None
     run_failures: int = 0
     throughput_window: str | None = None  # the last minute's durable flushes, as store/throughput.py keeps them
+    concurrency_limit: int | None = None  # the adaptive limit its worker runs it at now (null when unknown)
     # The database's clock minus this machine's, measured when a worker claimed it; not a column (NOT_STORED).
     clock_skew: float = dataclasses.field(default=0.0, metadata={NOT_STORED: True})
 
@@ -197,10 +200,13 @@ def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str
               completed_at: int | None, failed_at: int | None, expired_at: int | None, cancelling_at: int | None,
               cancelled_at: int | None, output_file_id: str | None, error_file_id: str | None,
               errors: list[dict[str, Any]] | None, total: int, completed: int, failed: int, input_tokens: int,
-              output_tokens: int, cost_nano_usd: int, metadata: dict[str, str] | None) -> dict[str, Any]:
+              cached_tokens: int, output_tokens: int, reasoning_tokens: int, cost_nano_usd: int,
+              metadata: dict[str, str] | None) -> dict[str, Any]:
     """A batch as the API shows it, the one definition of that shape. Its parameters are the ``Batch`` fields
     it is made from (``BATCH_API_FIELDS``): ``Batch.as_api`` passes them from the record, and the store's list
-    page straight from a row of those columns, skipping the record (store/batches.py)."""
+    page straight from a row of those columns, skipping the record (store/batches.py). ``usage`` has the shape
+    of the OpenAI SDK's ``BatchUsage``, every field on every batch (0 where the engine reported no details),
+    plus our ``cost_nano_usd``."""
     return {
         "id": id,
         "object": "batch",
@@ -225,7 +231,9 @@ def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str
         "request_counts": {"total": total, "completed": completed, "failed": failed},
         "usage": {
             "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": cached_tokens},
             "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": input_tokens + output_tokens,
             "cost_nano_usd": cost_nano_usd,
         },
@@ -235,7 +243,8 @@ def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str
 
 def unknown_progress() -> dict[str, Any]:
     """The batch object's ``openrelay`` progress numbers when none is known (service/progress.py fills them)."""
-    return {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None}
+    return {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None,
+            "concurrency_limit": None}
 
 
 # The fields of ``Batch`` the API shows, in the order of ``batch_api``'s parameters.

@@ -10,7 +10,7 @@ import openai
 import orjson
 import pytest
 
-from tests.support.execution import wait_letting_held_through
+from tests.support.execution import batch_usage, wait_letting_held_through
 from tests.support.records import error_of
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
@@ -133,8 +133,7 @@ def test_batch_object_shape_and_usage(server, engine):
     prompt = sum(line["response"]["body"]["usage"]["prompt_tokens"] for line in lines)
     completion = sum(line["response"]["body"]["usage"]["completion_tokens"] for line in lines)
     assert prompt > 0 and completion > 0
-    assert batch["usage"] == {"input_tokens": prompt, "output_tokens": completion,
-                              "total_tokens": prompt + completion, "cost_nano_usd": prompt * 150 + completion * 600}
+    assert batch["usage"] == batch_usage(prompt, completion, prompt * 150 + completion * 600)
 
     # The SDK reads the same object.
     sdk = server.client().batches.retrieve(batch["id"])
@@ -401,7 +400,7 @@ def test_cancel_a_queued_batch(make_server, engine):
     assert done["in_progress_at"] is None  # it never ran
     assert done["output_file_id"] is None
     assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
-    assert done["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_nano_usd": 0}
+    assert done["usage"] == batch_usage()
     errors = _lines(server, done["error_file_id"])
     assert sorted(line["custom_id"] for line in errors) == ["q-0", "q-1", "q-2"]
     for line in errors:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from tests.support.execution import batch_usage
 from tests.support.records import (
     BATCH_ID,
     BLANK,
@@ -406,7 +407,7 @@ def test_create_answer_follows_the_seed(server, engine):
                   "output_file_id", "error_file_id", "errors"):
         assert batch[field] is None, field
     assert batch["request_counts"] == {"total": 4, "completed": 0, "failed": 3}
-    assert batch["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_nano_usd": 0}
+    assert batch["usage"] == batch_usage()  # every field, zeros
     assert batch["metadata"] == {"job": "nightly-summaries"}
     assert batch["rejected_count"] == 3
     assert batch["rejected_records"] == [

@@ -19,7 +19,8 @@ from tests.support.server import ORL
 
 SERVER_PER_MODULE = True  # test catalog: test/echo with 2 slots, concurrency 8
 
-NULLS = {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None}
+NULLS = {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None,
+         "concurrency_limit": None}
 
 
 def _create_as(server, api_key: str, records, priority: str = "standard") -> dict:

@@ -4,7 +4,9 @@
 own order, see ``store.queue``); ``records_per_second`` and ``tokens_per_second`` over the last minute while it
 runs (records settled, done or failed, and their tokens, input and output, as they became durable), divided by the
 last minute or by the time since it started running when that is shorter; ``eta_seconds`` while it runs: the
-records left at that rate. Each is null when unknown: queued, validating, not yet any record durable, finished.
+records left at that rate; ``concurrency_limit`` while it runs: the adaptive limit its worker last wrote
+(``Batches.set_concurrency_limit``). Each is null when unknown: queued, validating, not yet any record durable,
+finished.
 
 Polls stay cheap: a running batch's rates come from its own row (no query); only a queued batch costs a read, one
 per model on a list page.
@@ -41,6 +43,7 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
     if not state.started:
         numbers["queue_position"] = state.position
         return numbers
+    numbers["concurrency_limit"] = state.concurrency_limit
     flushed = window_totals(state.window, now) if in_progress_at is not None else None
     if flushed is None:
         return numbers
@@ -82,7 +85,8 @@ def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
     for batch in found:
         state = None
         if batch.status.value in _LIVE:
-            state = LiveState(position=None, started=batch.started, window=batch.throughput_window)
+            state = LiveState(position=None, started=batch.started, window=batch.throughput_window,
+                              concurrency_limit=batch.concurrency_limit)
             if not batch.started:
                 state = live.get(batch.id, state)
         numbers[batch.id] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,

@@ -41,7 +41,8 @@ def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
         "model": batch.model, "created_at": batch.created_at, "created_ns": created_ns,
         "expires_at": batch.expires_at, "total": batch.total, "completed": 0, "failed": batch.failed,
         "rejected_count": batch.rejected_count, "rejections_file_id": batch.rejections_file_id,
-        "input_tokens": 0, "output_tokens": 0, "cost_nano_usd": 0, "started": False,
+        "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "cost_nano_usd": 0,
+        "started": False,
         "metadata": orjson.dumps(batch.metadata).decode() if batch.metadata is not None else None,
     }
 
@@ -49,7 +50,7 @@ def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
 # The columns the API's reads select, in the order of ``Batch``'s fields (every stored field is a column).
 _FIELDS = tuple(f.name for f in dataclasses.fields(Batch) if not f.metadata.get(NOT_STORED))
 _COLUMNS = tuple(batches.c[name] for name in _FIELDS)
-# The columns a list page selects: only what the API shows (``types.batch_api``), 26 of the 35.
+# The columns a list page selects: only what the API shows (``types.batch_api``), 28 of the 39.
 _API_COLUMNS = tuple(batches.c[name] for name in BATCH_API_FIELDS)
 _API_ERRORS = BATCH_API_FIELDS.index("errors")
 _API_METADATA = BATCH_API_FIELDS.index("metadata")
@@ -300,6 +301,15 @@ class Batches:
             if done.rowcount == 0:
                 return None
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
+
+    def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None) -> None:
+        """Record the adaptive concurrency limit this worker runs the batch at now (the progress object shows it).
+        Fenced by the lease: a worker that lost it writes nothing, and is not told (its run ends on the next
+        renewal). An unchanged limit writes no row, so it sends no change notice (store/read_cache.py)."""
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+                batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit))
 
     def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
         """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)

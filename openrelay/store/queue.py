@@ -80,18 +80,19 @@ def _positions(rows: Sequence[Sequence[Any]]) -> dict[str, int]:
 
 class LiveState(NamedTuple):
     """What a live batch's progress numbers need beyond its API fields: its place in the queue (None unless
-    queued), whether a worker took it, and its rolling record."""
+    queued), whether a worker took it, its rolling record, and the concurrency limit its worker last wrote."""
 
     position: int | None
     started: bool
     window: str | None
+    concurrency_limit: int | None = None
 
 
 def _live_of_model() -> CompiledRead:
     c = batches.c
     live = sa.or_(*(c.status == sa.literal_column(f"'{status}'") for status in _LIVE))
-    return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status,
-                                  c.throughput_window).where(live, c.model == sa.bindparam("model")))
+    return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, c.throughput_window,
+                                  c.concurrency_limit).where(live, c.model == sa.bindparam("model")))
 
 
 _LIVE_OF_MODEL = _live_of_model()
@@ -102,4 +103,4 @@ def queue_plan(model: str) -> Plan[dict[str, LiveState]]:
     rows: list[tuple[Any, ...]] = yield All(_LIVE_OF_MODEL, {"model": model})
     positions = _positions(rows)
     get = positions.get
-    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[6]) for r in rows}
+    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[6], r[7]) for r in rows}

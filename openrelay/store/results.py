@@ -43,6 +43,8 @@ class Chunk:
     cost_nano_usd: int
     out_bytes: int | None = None  # the blobs' sizes, for reads of a running batch's result files
     err_bytes: int | None = None
+    cached_tokens: int = 0  # of input_tokens
+    reasoning_tokens: int = 0  # of output_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +65,8 @@ class Results:
                                 .order_by(batch_chunks.c.seq)).all()
         return [Chunk(seq=r.seq, out_key=r.out_key, err_key=r.err_key, lines=orjson.loads(r.lines),
                       completed=r.completed, failed=r.failed, input_tokens=r.input_tokens,
-                      output_tokens=r.output_tokens, cost_nano_usd=r.cost_nano_usd) for r in rows]
+                      output_tokens=r.output_tokens, cost_nano_usd=r.cost_nano_usd, cached_tokens=r.cached_tokens,
+                      reasoning_tokens=r.reasoning_tokens) for r in rows]
 
     def chunk_times(self, batch_id: str) -> list[tuple[int, int, int]]:
         """(created_at, records, tokens) of each durable chunk of a batch, oldest first: its throughput."""
@@ -94,7 +97,9 @@ class Results:
                 completed=batches.c.completed + chunk.completed,
                 failed=batches.c.failed + chunk.failed,
                 input_tokens=batches.c.input_tokens + chunk.input_tokens,
+                cached_tokens=batches.c.cached_tokens + chunk.cached_tokens,
                 output_tokens=batches.c.output_tokens + chunk.output_tokens,
+                reasoning_tokens=batches.c.reasoning_tokens + chunk.reasoning_tokens,
                 cost_nano_usd=batches.c.cost_nano_usd + chunk.cost_nano_usd,
             ))
             if done.rowcount == 0:
@@ -104,7 +109,7 @@ class Results:
                 lines=orjson.dumps(chunk.lines).decode(), completed=chunk.completed, failed=chunk.failed,
                 input_tokens=chunk.input_tokens, output_tokens=chunk.output_tokens,
                 cost_nano_usd=chunk.cost_nano_usd, created_at=now(), out_bytes=chunk.out_bytes,
-                err_bytes=chunk.err_bytes,
+                err_bytes=chunk.err_bytes, cached_tokens=chunk.cached_tokens, reasoning_tokens=chunk.reasoning_tokens,
             ))
             if chunk.cost_nano_usd:
                 conn.execute(api_keys.update().where(api_keys.c.id == key_id)

@@ -92,7 +92,9 @@ batches = Table(
     Column("rejected_count", Integer, nullable=False, default=0),
     Column("rejections_file_id", String(80)),
     Column("input_tokens", BigInteger, nullable=False, default=0),
+    Column("cached_tokens", BigInteger, nullable=False, default=0),  # of input_tokens (migration 0011)
     Column("output_tokens", BigInteger, nullable=False, default=0),
+    Column("reasoning_tokens", BigInteger, nullable=False, default=0),  # of output_tokens
     Column("cost_nano_usd", BigInteger, nullable=False, default=0),
     Column("metadata", Text),  # JSON object or null
     Column("started", Boolean, nullable=False, default=False),  # claimed into a slot at least once
@@ -101,6 +103,7 @@ batches = Table(
     Column("run_failures", Integer, nullable=False, default=0),  # runs that failed for a reason of their own
     Column("retry_at", Float),  # a failed run's batch waits until then before a worker takes it again
     Column("throughput_window", Text),  # the last minute's flushes, per second (store/throughput.py); JSON or null
+    Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
     Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
@@ -141,6 +144,8 @@ batch_chunks = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("out_bytes", BigInteger),  # the out blob's size (migration 0009; null for chunks written before it)
     Column("err_bytes", BigInteger),  # the err blob's size
+    Column("cached_tokens", BigInteger, nullable=False, default=0),  # of input_tokens (migration 0011)
+    Column("reasoning_tokens", BigInteger, nullable=False, default=0),  # of output_tokens
     PrimaryKeyConstraint("batch_id", "seq"),
 )
 

@@ -23,6 +23,7 @@ from ..metrics import RECORDS
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
 from ..types import Batch
+from .usage import RecordUsage
 
 __all__ = ["ChunkWriter"]
 
@@ -35,7 +36,9 @@ class _Pending:
     out: list[bytes] = field(default_factory=list)
     err: list[bytes] = field(default_factory=list)
     input_tokens: int = 0
+    cached_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0
     cost: int = 0
 
 
@@ -57,11 +60,13 @@ class ChunkWriter:
 
     # -- the lanes' side ---------------------------------------------------------------------------------------
 
-    def add_output(self, line: int, data: bytes, *, prompt_tokens: int, completion_tokens: int, cost: int) -> None:
+    def add_output(self, line: int, data: bytes, *, usage: RecordUsage, cost: int) -> None:
         pending = self._pending
         pending.out.append(data)
-        pending.input_tokens += prompt_tokens
-        pending.output_tokens += completion_tokens
+        pending.input_tokens += usage.input_tokens
+        pending.cached_tokens += usage.cached_tokens
+        pending.output_tokens += usage.output_tokens
+        pending.reasoning_tokens += usage.reasoning_tokens
         pending.cost += cost
         self._added(line)
 
@@ -148,7 +153,8 @@ class ChunkWriter:
                 keys[kind], sizes[kind] = key, len(data)
         chunk = Chunk(seq=seq, out_key=keys["out"], err_key=keys["err"], lines=pending.lines,
                       completed=len(pending.out), failed=len(pending.err), input_tokens=pending.input_tokens,
-                      output_tokens=pending.output_tokens, cost_nano_usd=pending.cost, out_bytes=sizes["out"],
+                      cached_tokens=pending.cached_tokens, output_tokens=pending.output_tokens,
+                      reasoning_tokens=pending.reasoning_tokens, cost_nano_usd=pending.cost, out_bytes=sizes["out"],
                       err_bytes=sizes["err"])
         try:
             self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)

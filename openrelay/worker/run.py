@@ -29,6 +29,7 @@ from .gate import EngineGate, Stopped, StopReason
 from .inputs import Unreadable, pending_records, read_rejections
 from .lease import LeaseKeeper
 from .lines import engine_error_line, error_line, output_line
+from .usage import record_usage
 
 __all__ = ["BatchRun", "RunIncomplete"]
 
@@ -173,10 +174,10 @@ class BatchRun:
         try:
             reply = await self._answer(record["body"])
             if 200 <= reply.status_code < 300:
-                prompt, completion = _billed_tokens(self.batch.endpoint, reply.body)
+                usage = record_usage(self.batch.endpoint, reply.body)
                 data = output_line(custom_id, reply.body, catalog_model=self.spec.name)
-                self.writer.add_output(line, data, prompt_tokens=prompt, completion_tokens=completion,
-                                       cost=self.price.cost(prompt, completion))
+                self.writer.add_output(line, data, usage=usage, cost=self.price.cost(
+                    usage.input_tokens, usage.output_tokens, usage.cached_tokens))
             else:
                 self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body))
         except Stopped as stop:
@@ -220,21 +221,3 @@ def _engine_body(body: dict[str, Any]) -> dict[str, Any]:
     rest = {k: v for k, v in body.items() if k != "openrelay"}
     return {**rest, "openrelay": ext} if ext else rest
 
-
-# The usage fields an answer counts its (input, output) tokens in: the Responses API names them its own way.
-_USAGE_FIELDS = {"/v1/responses": ("input_tokens", "output_tokens")}
-_CHAT_USAGE_FIELDS = ("prompt_tokens", "completion_tokens")  # chat and text completions, embeddings
-
-
-def _billed_tokens(endpoint: str, body: dict[str, Any]) -> tuple[int, int]:
-    """(input tokens, output tokens) an answer is billed for: what its ``usage`` says, 0 for a missing count."""
-    usage = body.get("usage")
-    if not isinstance(usage, dict):
-        return 0, 0
-    input_field, output_field = _USAGE_FIELDS.get(endpoint, _CHAT_USAGE_FIELDS)
-    return _tokens(usage, input_field), _tokens(usage, output_field)
-
-
-def _tokens(usage: dict[str, Any], name: str) -> int:
-    value = usage.get(name)
-    return value if isinstance(value, int) and value > 0 else 0

@@ -113,13 +113,26 @@ def cost(prompt_tokens: int, completion_tokens: int, priority: str = "standard")
     return int(raw.to_integral_value(ROUND_HALF_EVEN))
 
 
-def usage_of(lines: dict[str, dict], priority: str = "standard") -> dict[str, int]:
-    """The batch usage the output lines add up to."""
-    pt = ct = nano = 0
+def batch_usage(input_tokens: int = 0, output_tokens: int = 0, cost_nano_usd: int = 0, *, cached_tokens: int = 0,
+                reasoning_tokens: int = 0) -> dict[str, Any]:
+    """A batch's ``usage`` object as the API shows it (the OpenAI SDK's ``BatchUsage`` and ``cost_nano_usd``)."""
+    return {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached_tokens},
+            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": input_tokens + output_tokens, "cost_nano_usd": cost_nano_usd}
+
+
+def usage_of(lines: dict[str, dict], priority: str = "standard") -> dict[str, Any]:
+    """The batch usage the output lines add up to (test/echo's rates: no cached rate, so cached tokens cost the
+    input rate)."""
+    pt = ct = cached = reasoning = nano = 0
     for line in lines.values():
         usage = line["response"]["body"]["usage"]
         # Chat and text completions count prompt/completion tokens; the Responses API input/output tokens.
         p = usage.get("prompt_tokens", usage.get("input_tokens", 0))
         c = usage.get("completion_tokens", usage.get("output_tokens", 0))
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+        thinking = usage.get("completion_tokens_details") or usage.get("output_tokens_details") or {}
+        cached += details.get("cached_tokens", 0)
+        reasoning += thinking.get("reasoning_tokens", 0)
         pt, ct, nano = pt + p, ct + c, nano + cost(p, c, priority)
-    return {"input_tokens": pt, "output_tokens": ct, "total_tokens": pt + ct, "cost_nano_usd": nano}
+    return batch_usage(pt, ct, nano, cached_tokens=cached, reasoning_tokens=reasoning)
