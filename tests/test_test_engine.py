@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import httpx
 import pytest
@@ -117,7 +117,8 @@ def test_max_in_flight(client: httpx.Client, engine_url: str) -> None:
     asyncio.run(burst())
     stats = client.get("/control/stats").json()
     timing = {k: stats.pop(k) for k in ("first_at", "last_at")}
-    assert stats == {"requests": 8, "in_flight": 0, "max_in_flight": 8}
+    assert stats == {"requests": 8, "in_flight": 0, "max_in_flight": 8, "prompt_tokens": 16, "cached_tokens": 0,
+                     "too_many_requests": 0, "service_seconds": 0.0}
     assert timing["last_at"] - timing["first_at"] > 0
 
 
@@ -171,3 +172,124 @@ def test_hold_helpers_and_reset_let_held_requests_go(client: httpx.Client, engin
     assert control.gates() == {}  # reset closed and forgot every gate
     with pytest.raises(AssertionError, match="0 requests held at 'a'"):
         control.wait_held("a", 1, timeout=0.2)
+
+
+# -- the simulation of a real engine's capacity: prefix cache, service time, knee, 429s ------------------------
+
+
+def complete(client: httpx.Client, prompt: str) -> dict:
+    r = client.post("/v1/completions", json={"model": "m", "prompt": prompt})
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]
+
+
+def cached(client: httpx.Client, prompt: str) -> int:
+    return complete(client, prompt)["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_prefix_cache_counts_the_leading_blocks_found(client: httpx.Client) -> None:
+    config = EngineControl(str(client.base_url) + "/v1").config(cache_blocks=3, block_tokens=4)
+    assert config["cache_blocks"] == 3 and config["block_tokens"] == 4
+    assert complete(client, "a b c d e f g h i") == {  # 9 tokens: two whole blocks, [a b c d] and [e f g h]
+        "prompt_tokens": 9, "completion_tokens": 10, "total_tokens": 19, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert cached(client, "a b c d e f g h i") == 8
+    assert cached(client, "a b c d x y z w v") == 4  # the second block follows another prefix: a block of its own
+    assert cached(client, "a b c d e f g h") == 4  # found in full, yet its last token is computed again
+    assert cached(client, "x b c d e f g h i") == 0  # the same words after another first block are no hit
+    stats = client.get("/control/stats").json()
+    assert (stats["prompt_tokens"], stats["cached_tokens"]) == (9 + 9 + 9 + 8 + 9, 0 + 8 + 4 + 4 + 0)
+
+
+def test_prefix_cache_evicts_the_least_recently_used_blocks_last_block_first(client: httpx.Client) -> None:
+    client.post("/control/config", json={"cache_blocks": 3, "block_tokens": 4}).raise_for_status()
+    first, second = "a b c d e f g h i", "q r s t u v w x y"
+    assert cached(client, first) == 0
+    assert cached(client, second) == 0  # 4 blocks for 3 places: the first prompt's tail block goes, its head stays
+    assert cached(client, first) == 4  # its tail back in, the second prompt's tail out
+    assert cached(client, second) == 4
+    client.post("/control/config", json={"cache_blocks": 4}).raise_for_status()  # a new size: an empty cache
+    assert cached(client, second) == 0
+    client.post("/control/config", json={"prefill_seconds_per_token": 0}).raise_for_status()  # the cache stays
+    assert cached(client, second) == 8
+
+
+def test_chat_and_responses_report_cached_tokens(client: httpx.Client) -> None:
+    client.post("/control/config", json={"cache_blocks": 16, "block_tokens": 2}).raise_for_status()
+    document = "the long document that every question shares"  # with "be nice" and "question N": 5 whole blocks
+    usages = [chat(client, f"{document} question {i}").json()["usage"] for i in range(2)]
+    assert [u["prompt_tokens"] for u in usages] == [11, 11]
+    assert [u["prompt_tokens_details"] for u in usages] == [{"cached_tokens": 0}, {"cached_tokens": 10}]
+    body = {"model": "m", "instructions": "be nice", "input": f"{document} question 2"}
+    usage = client.post("/v1/responses", json=body).json()["usage"]
+    assert usage["input_tokens"] == 11
+    assert usage["input_tokens_details"]["cached_tokens"] == 10
+    assert client.get("/control/stats").json()["cached_tokens"] == 20
+
+
+def test_config_is_checked_and_reset_restores_it(client: httpx.Client) -> None:
+    defaults = client.get("/control/config").json()
+    assert defaults == {"cache_blocks": 0, "block_tokens": 64, "prefill_seconds_per_token": 0.0,
+                        "decode_seconds": 0.0, "knee": 0, "max_in_flight": 0}
+    for bad in ({"cache_block": 3}, {"knee": -1}, {"knee": 1.5}, {"block_tokens": 0}, {"decode_seconds": "1"}):
+        r = client.post("/control/config", json=bad)
+        assert r.status_code == 400, bad
+    assert client.post("/control/config", json={"cache_blocks": 8, "knee": 4}).json() == {
+        **defaults, "cache_blocks": 8, "knee": 4}
+    assert cached(client, "a " * 130) == 0
+    client.post("/control/reset").raise_for_status()
+    assert client.get("/control/config").json() == defaults
+    assert "prompt_tokens_details" not in complete(client, "a " * 130)  # no cache: no cached_tokens reported
+
+
+def test_command_line_settings_are_what_reset_comes_back_to() -> None:
+    with running_test_engine("--cache-blocks", "8", "--block-tokens", "2", "--max-in-flight", "5") as base_url:
+        control = EngineControl(base_url)
+        assert control.config(knee=3)["knee"] == 3
+        with httpx.Client(base_url=control.root, timeout=10) as c:
+            assert [cached(c, "a b c d e") for _ in range(2)] == [0, 4]
+            control.reset()
+            assert c.get("/control/config").json() == {
+                "cache_blocks": 8, "block_tokens": 2, "prefill_seconds_per_token": 0.0, "decode_seconds": 0.0,
+                "knee": 0, "max_in_flight": 5}
+            assert cached(c, "a b c d e") == 0  # the reset emptied the cache too
+
+
+def test_past_max_in_flight_the_engine_answers_429(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+    control.config(max_in_flight=2)
+    with ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(chat, client, "x #hold=full") for _ in range(2)]
+        control.wait_held("full", 2)
+        turned_away = chat(client, "one too many")
+        assert turned_away.status_code == 429
+        assert turned_away.json()["error"]["message"] == "test engine at capacity: 2 requests in flight"
+        control.release("full")
+        assert [call.result(timeout=10).status_code for call in calls] == [200, 200]
+    assert chat(client, "room again").status_code == 200
+    stats = control.stats()
+    assert (stats["requests"], stats["too_many_requests"], stats["max_in_flight"]) == (4, 1, 2)
+
+
+def test_service_time_shrinks_with_the_cached_prefix(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+    control.config(cache_blocks=4, block_tokens=4, prefill_seconds_per_token=0.001, decode_seconds=0.002)
+    assert cached(client, "a b c d e f g h i") == 0  # 9 tokens computed: 0.002 + 0.009 s
+    assert cached(client, "a b c d e f g h i") == 8  # 1 token computed: 0.002 + 0.001 s
+    assert control.stats()["service_seconds"] == pytest.approx(0.011 + 0.003)
+
+
+def test_past_the_knee_every_request_takes_longer(client: httpx.Client, engine_url: str) -> None:
+    """Four requests held, then let through one at a time: each starts with 4, 3, 2 and 1 in flight; with the knee
+    at 2 the first two take (4/2)**2 and (3/2)**2 times as long as the last two."""
+    control = EngineControl(engine_url)
+    control.config(decode_seconds=0.001, knee=2)
+    with ThreadPoolExecutor(4) as pool:
+        calls = [pool.submit(chat, client, "x #hold=knee") for _ in range(4)]
+        control.wait_held("knee", 4)
+        pending = set(calls)
+        for _ in range(4):
+            control.release("knee", count=1)
+            done, pending = wait(pending, timeout=10, return_when=FIRST_COMPLETED)  # it answers before the next goes
+            assert len(done) == 1
+        assert [call.result(timeout=10).status_code for call in calls] == [200] * 4
+    assert control.stats()["service_seconds"] == pytest.approx(0.001 * (4 + 2.25 + 1 + 1))

@@ -17,6 +17,11 @@ Chat calls tools on ``#call_tool=NAME:{json args}`` (JSON without spaces; one to
 the conversation has fewer than ``#tool_rounds=N`` (default 1) tool-calling turns, then answers with text quoting
 every tool result it was given. ``/v1/responses`` answers the same way with Response objects (``function_call``
 items for tool calls, ``function_call_output`` items read back).
+A real engine's capacity can be simulated, all off by default (tests/support/engine_simulation.py): a prefix cache
+(``--cache-blocks``; answers then carry ``cached_tokens``), service time (``--prefill-seconds-per-token``,
+``--decode-seconds``), a knee (``--knee``) and 429s past ``--max-in-flight``. ``POST /control/config`` changes those
+settings for the running engine, ``/control/reset`` restores the command line's and empties the cache, and
+``/control/stats`` keeps the totals: prompt and cached tokens, 429s, simulated seconds.
 Kept deliberately lean (plain Starlette, orjson, no pydantic) because benchmarks use it as the
 "infinitely fast" engine, so its own overhead must stay negligible.
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import subprocess
 import time
@@ -42,6 +48,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.support.announce import listen, serve_announced, start_announced, stop
+from tests.support.engine_simulation import PrefixCache, Simulation
 
 Body = dict[str, Any]
 Handler = Callable[[Body], Awaitable[Response]]
@@ -82,6 +89,7 @@ class State:
 
     def __init__(self, record: bool) -> None:
         self.record = record
+        self.simulation_defaults = Simulation()  # the command line's; /control/reset comes back to them
         self.reset()
 
     def reset(self) -> None:
@@ -95,6 +103,18 @@ class State:
         self.mode_status: int | None = None
         self.mode_delay = 0.0
         self.gates: dict[str, Gate] = {}
+        self.simulation = self.simulation_defaults
+        self.cache = PrefixCache(self.simulation.cache_blocks, self.simulation.block_tokens)
+        self.prompt_tokens = 0  # of the generation requests served (chat, completions, responses)
+        self.cached_tokens = 0  # ... of them served from the prefix cache
+        self.too_many_requests = 0  # requests answered 429 for arriving past simulation.max_in_flight
+        self.service_seconds = 0.0  # simulated service time, summed (computed, not measured)
+
+    def configure(self, simulation: Simulation) -> None:
+        """A new cache size or block size starts an empty cache; other settings keep what it holds."""
+        old, self.simulation = self.simulation, simulation
+        if (old.cache_blocks, old.block_tokens) != (simulation.cache_blocks, simulation.block_tokens):
+            self.cache = PrefixCache(simulation.cache_blocks, simulation.block_tokens)
 
     def gate(self, name: str) -> Gate:
         if name not in self.gates:
@@ -172,11 +192,42 @@ def chat_usage_details(text: str) -> Body:
     return details
 
 
-async def echo_answer(body: Body, text: str, prompt_tokens: int, kind: str) -> Response:
+async def serve_prompt(texts: list[str]) -> int:
+    """Serves a generation request's prompt (its texts in order, a token a word) in the simulation: counts it and
+    returns its tokens found in the prefix cache (0 without one), after the simulated service time (none by
+    default): its uncached tokens' prefill, then the prompt's blocks go into the cache, then its decode, each as
+    long as the requests in flight now make it."""
+    simulation, cache = STATE.simulation, STATE.cache
+    if simulation.cache_blocks:
+        tokens = [word for text in texts for word in text.split()]
+        prompt, (cached, blocks) = len(tokens), cache.look_up(tokens)
+    else:  # the benchmarks' "infinitely fast" engine: no list of words
+        prompt, cached, blocks = sum(map(word_count, texts)), 0, []
+    STATE.prompt_tokens += prompt
+    STATE.cached_tokens += cached
+    prefill = simulation.prefill_seconds(prompt - cached, STATE.in_flight)
+    decode = simulation.decode_seconds * simulation.slowdown(STATE.in_flight)
+    STATE.service_seconds += prefill + decode
+    if prefill:
+        await asyncio.sleep(prefill)
+    cache.put(blocks)  # the cache it looked in: a reconfigured engine's new cache starts empty
+    if decode:
+        await asyncio.sleep(decode)
+    return cached
+
+
+def cache_usage(cached: int) -> Body:
+    """What chat and text completions report of the prefix cache: nothing unless the engine has one."""
+    return {"prompt_tokens_details": {"cached_tokens": cached}} if STATE.simulation.cache_blocks else {}
+
+
+async def echo_answer(body: Body, text: str, prompt_texts: list[str], kind: str) -> Response:
     """Shared by chat and text completions: they differ only in ids, object name and choice shape."""
     err, forced = await apply_directives(text)
     if err is not None:
         return err
+    prompt_tokens = sum(map(word_count, prompt_texts))
+    cached = await serve_prompt(prompt_texts)
     answer = f"echo: {text}"
     completion = forced if forced is not None else word_count(answer)
     if kind == "chat":
@@ -187,6 +238,7 @@ async def echo_answer(body: Body, text: str, prompt_tokens: int, kind: str) -> R
         choice = {"index": 0, "text": answer, "finish_reason": "stop", "logprobs": None}
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion}
     usage["total_tokens"] = prompt_tokens + completion
+    usage.update(cache_usage(cached))
     usage.update(chat_usage_details(text))
     return json_response({
         "id": f"{prefix}-{uuid.uuid4().hex[:12]}", "object": obj, "created": int(time.time()),
@@ -203,7 +255,7 @@ async def chat(body: Body) -> Response:
     last_user = next((t for r, t in zip(reversed(roles), reversed(texts), strict=True) if r == "user"), "")
     if "#call_tool=" in last_user or (roles and roles[-1] == "tool"):
         return await tool_turn(body, roles, texts, last_user)
-    return await echo_answer(body, last_user, sum(map(word_count, texts)), "chat")
+    return await echo_answer(body, last_user, texts, "chat")
 
 
 async def tool_turn(body: Body, roles: list[Any], texts: list[str], last_user: str) -> Response:
@@ -211,6 +263,7 @@ async def tool_turn(body: Body, roles: list[Any], texts: list[str], last_user: s
     err, forced = await apply_directives(last_user)
     if err is not None:
         return err
+    cached = await serve_prompt(texts)
     specs = [t.split("=", 1)[1] for t in last_user.split() if t.startswith("#call_tool=")]
     turns_done = sum(1 for m in body["messages"] if isinstance(m, dict) and m.get("tool_calls"))
     if specs and turns_done < int(parse_directives(last_user).get("tool_rounds", "1")):
@@ -228,7 +281,7 @@ async def tool_turn(body: Body, roles: list[Any], texts: list[str], last_user: s
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model"), "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                  **chat_usage_details(last_user)},
+                  **cache_usage(cached), **chat_usage_details(last_user)},
     })
 
 
@@ -263,7 +316,12 @@ async def responses(body: Body) -> Response:
     instructions = body.get("instructions")
     prompt = sum(map(word_count, [*texts, *results, instructions if isinstance(instructions, str) else ""]))
     completion = forced if forced is not None else words
+    served = await serve_prompt([instructions if isinstance(instructions, str) else "", *(
+        content_text(i.get("content")) if "role" in i else str(i.get("output", "")) for i in items
+        if "role" in i or i.get("type") == "function_call_output")])
     cached, reasoning = detail_directives(last_user)
+    if cached is None:
+        cached = served
     return json_response({
         "id": f"resp_{uuid.uuid4().hex[:12]}", "object": "response", "created_at": int(time.time()),
         "status": "completed", "error": None, "incomplete_details": None, "instructions": instructions,
@@ -282,7 +340,7 @@ async def completions(body: Body) -> Response:
         prompt = " ".join(map(str, prompt))
     if not isinstance(prompt, str):
         return error_response(400, "prompt: field required")
-    return await echo_answer(body, prompt, word_count(prompt), "text")
+    return await echo_answer(body, prompt, [prompt], "text")
 
 
 def embed(text: str) -> list[float]:
@@ -306,12 +364,17 @@ async def embeddings(body: Body) -> Response:
 
 
 def v1_route(path: str, handler: Handler) -> Route:
-    """Wraps an inference handler with recording, in-flight accounting and the global /control/mode."""
+    """Wraps an inference handler with recording, in-flight accounting, the simulation's limit on requests in
+    flight and the global /control/mode."""
 
     async def endpoint(request: Request) -> Response:
         STATE.requests += 1
         if STATE.first_at is None:
             STATE.first_at = time.time()
+        if (limit := STATE.simulation.max_in_flight) and STATE.in_flight >= limit:
+            STATE.too_many_requests += 1  # turned away at the door: neither recorded nor counted in flight
+            STATE.last_at = time.time()
+            return error_response(429, f"test engine at capacity: {limit} requests in flight")
         STATE.in_flight += 1
         STATE.max_in_flight = max(STATE.max_in_flight, STATE.in_flight)
         try:
@@ -344,7 +407,20 @@ async def control_requests(request: Request) -> Response:
 async def control_stats(request: Request) -> Response:
     s = STATE
     return json_response({"requests": s.requests, "in_flight": s.in_flight, "max_in_flight": s.max_in_flight,
-                          "first_at": s.first_at, "last_at": s.last_at})
+                          "first_at": s.first_at, "last_at": s.last_at, "prompt_tokens": s.prompt_tokens,
+                          "cached_tokens": s.cached_tokens, "too_many_requests": s.too_many_requests,
+                          "service_seconds": s.service_seconds})
+
+
+async def control_config(request: Request) -> Response:
+    """``GET``: the simulation's settings; ``POST {name: value, ...}``: change some of them (400 for an unknown name
+    or a bad value), answering all of them. ``/control/reset`` comes back to the command line's."""
+    if request.method == "POST":
+        try:
+            STATE.configure(STATE.simulation.changed(orjson.loads(await request.body() or b"{}")))
+        except (ValueError, TypeError, AttributeError, orjson.JSONDecodeError) as exc:
+            return error_response(400, f"test engine config: {exc}")
+    return json_response(dataclasses.asdict(STATE.simulation))
 
 
 async def control_reset(request: Request) -> Response:
@@ -402,6 +478,7 @@ app = Starlette(routes=[
     Route("/control/held", control_held),
     Route("/control/release", control_release, methods=["POST"]),
     Route("/control/mode", control_mode, methods=["POST"]),
+    Route("/control/config", control_config, methods=["GET", "POST"]),
 ])
 
 
@@ -412,8 +489,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--no-record", action="store_true", help="don't keep bodies (benchmarks)")
+    Simulation.add_arguments(parser)
     args = parser.parse_args(argv)
     STATE.record = not args.no_record
+    try:
+        STATE.simulation_defaults = Simulation.from_arguments(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    STATE.reset()
     sock = listen(args.host, args.port, 2048)
     # loop/http "auto" pick uvloop + httptools when installed; short graceful timeout so a test
     # abandoning a #sleep request doesn't stall teardown.
@@ -446,6 +529,13 @@ class EngineControl:
 
     def mode(self, **mode: Any) -> None:
         httpx.post(self.root + "/control/mode", json=mode, timeout=10).raise_for_status()
+
+    def config(self, **changes: Any) -> dict[str, Any]:
+        """Change the simulation's settings (tests/support/engine_simulation.py ``Simulation``); returns them all.
+        ``reset()`` restores the ones the engine started with."""
+        answer = httpx.post(self.root + "/control/config", json=changes, timeout=10)
+        answer.raise_for_status()
+        return answer.json()
 
     # -- holding requests: a record whose text carries ``#hold=NAME`` waits until the test releases NAME ----------
 
