@@ -9,8 +9,8 @@ from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "WEBHOOK_ATTEMPTS",
-           "POLL_READS", "register_queue_depths"]
+__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "ENGINE_CONCURRENCY_LIMIT",
+           "WEBHOOK_ATTEMPTS", "POLL_READS", "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
 
@@ -19,10 +19,13 @@ RECORDS = Counter("openrelay_records_total", "Records settled by this process's 
 ENGINE_RETRIES = Counter("openrelay_engine_retries_total", "Engine calls retried after 408/429/5xx or no answer.",
                          ["model"])
 RUNNING_BATCHES = Gauge("openrelay_running_batches", "Batches this process's workers are running now.", ["model"])
-ENGINE_UP = Gauge("openrelay_engine_up", "1 while this process's workers send to the model's engine, 0 while its "
-                  "dispatch is paused for an outage.", ["model"])
+ENGINE_UP = Gauge("openrelay_engine_up", "1 while this process's workers send to the engine replica, 0 while it is "
+                  "out of rotation for an outage.", ["model", "replica"])
 ENGINE_IN_FLIGHT = Gauge("openrelay_engine_requests_in_flight", "Requests this process's workers have in flight to "
-                         "the model's engine.", ["model"])
+                         "the engine replica.", ["model", "replica"])
+ENGINE_CONCURRENCY_LIMIT = Gauge("openrelay_engine_concurrency_limit", "Requests this process's workers send to the "
+                                 "engine replica at once: the adaptive limit (concurrency = \"auto\"), else the "
+                                 "replica's share of slots x concurrency.", ["model", "replica"])
 WEBHOOK_ATTEMPTS = Counter("openrelay_webhook_attempts_total", "Webhook deliveries this process's workers attempted, "
                            "by outcome: delivered (2xx), failed (another answer or none), refused (an address the "
                            "network rules refuse).", ["outcome"])

@@ -18,8 +18,8 @@ SEED_MODELS = {
     "openrelay/deepseek-ocr-2": "/v1/chat/completions",
 }
 # What docs/engines.md documents for kind "openai"; a misspelt key in an example would be silently ignored.
-ENGINE_KEYS = {"kind", "base_url", "served_model", "api_key_env", "timeout_seconds", "connect_timeout_seconds",
-               "legacy_max_tokens"}
+ENGINE_KEYS = {"kind", "base_url", "base_urls", "served_model", "api_key_env", "timeout_seconds",
+               "connect_timeout_seconds", "legacy_max_tokens"}
 
 
 def test_every_engine_has_an_example():

@@ -10,6 +10,7 @@ from openrelay.store.db import Database
 from openrelay.store.schema import batches
 from tests.support.execution import (
     TERMINAL,
+    batch_usage,
     chat,
     create,
     create_from_file,
@@ -153,7 +154,7 @@ def test_batch_queued_past_its_window_expires_without_running(make_server, engin
     never = server.wait(queued["id"])
     assert never["status"] == "expired" and never["in_progress_at"] is None
     assert never["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
-    assert never["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_nano_usd": 0}
+    assert never["usage"] == batch_usage()
     assert never["output_file_id"] is None and never["error_file_id"] == f"file-{never['id']}-error"
     out, err = results(server, never)
     assert out == {} and sorted(err) == ["q0", "q1", "q2"]

@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from tests.support.execution import chat, create, get, prompt_text, results, usage_of, wait_for
+from tests.support.execution import batch_usage, chat, create, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import ORL
 
 
@@ -80,7 +80,7 @@ def test_batch_whose_model_left_the_catalog_fails_and_bills_nothing(make_server,
     assert done["errors"]["data"][0]["code"] == "model_unavailable"
     assert "test/embed" in done["errors"]["data"][0]["message"]
     assert done["request_counts"] == {"total": 2, "completed": 0, "failed": 2}
-    assert done["usage"] == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost_nano_usd": 0}
+    assert done["usage"] == batch_usage()
     out, err = results(server, done)
     assert out == {} and {line["error"]["code"] for line in err.values()} == {"batch_failed"}
     assert engine.requests() == []

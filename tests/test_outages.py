@@ -16,7 +16,7 @@ FAST = {"OPENRELAY_RETRY_ATTEMPTS": "3", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.2",
 
 def _metric(server, name: str, model: str = "test/echo") -> float | None:
     text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
-    found = re.search(rf'^{name}{{model="{re.escape(model)}"}} (\S+)$', text, re.MULTILINE)
+    found = re.search(rf'^{name}{{model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.MULTILINE)
     return float(found.group(1)) if found else None
 
 

@@ -89,6 +89,13 @@ def _bad_catalog(tmp_path: Path, engine_line: str) -> subprocess.CompletedProces
     ('engine = { kind = "llama-cpp", gguf = "no_such_package:m.gguf" }', "'no_such_package' carrying"),
     ('engine = { kind = "openai", base_url = "http://127.0.0.1:9/v1", timeout_seconds = "soon" }',
      "timeout_seconds must be a positive number"),
+    ('engine = { kind = "openai", base_urls = [] }', "needs base_urls to be a non-empty list"),
+    ('engine = { kind = "openai", base_url = "http://127.0.0.1:9/v1", base_urls = ["http://127.0.0.1:9/v1"] }',
+     "takes base_url or base_urls, not both"),
+    ('engine = { kind = "openai", base_urls = ["http://127.0.0.1:9/v1", "ftp://x/v1"] }',
+     "needs base_urls entry (got 'ftp://x/v1')"),
+    ('engine = { kind = "openai", base_urls = ["http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1/"] }',
+     "lists one base_urls entry twice"),
 ])
 def test_a_bad_catalog_stops_the_process_at_start_with_a_clear_message(tmp_path, engine_line, message):
     done = _bad_catalog(tmp_path, engine_line)
@@ -96,6 +103,20 @@ def test_a_bad_catalog_stops_the_process_at_start_with_a_clear_message(tmp_path,
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize(("concurrency", "message"), [
+    ('"lots"', 'needs concurrency to be an integer >= 1 or "auto"'),
+    ('"auto"\nmin_concurrency = 0', "needs 1 <= min_concurrency <= max_concurrency"),
+    ('"auto"\nmin_concurrency = 8\nmax_concurrency = 4', "needs 1 <= min_concurrency <= max_concurrency"),
+    ('4\nprefix_grouping = "yes"', "needs prefix_grouping to be true or false"),
+])
+def test_bad_scheduling_knobs_are_a_start_up_error(tmp_path, concurrency, message):
+    path = tmp_path / "catalog.toml"
+    path.write_text(TEST_CATALOG.format(engine="http://127.0.0.1:9/v1", slots=1, concurrency=concurrency))
+    done = subprocess.run([ORL, "worker", "--data-dir", str(tmp_path / "data"), "--catalog", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_catalog_field_of_the_wrong_type_is_a_start_up_error(tmp_path):

@@ -111,8 +111,9 @@ def test_running_batch_has_rates_and_an_eta_once_records_land(server, engine):
     batch = create(server, [chat(f"r{i}", f"record {i} #hold=rate") for i in range(12)])
     _running(server, batch["id"])
     engine.wait_held("rate", 8)  # concurrency 8: eight in flight, none finished
-    before = _numbers(server, batch["id"])
-    assert before == NULLS  # running, but no record durable yet: the rates are unknown, not zero
+    # The worker shows the concurrency it runs at (the model's fixed 8) once it has written it.
+    before = wait_for(lambda: (n := _numbers(server, batch["id"]))["concurrency_limit"] and n, "the limit shown")
+    assert before == {**NULLS, "concurrency_limit": 8}  # no record durable yet: the rates are unknown, not zero
 
     engine.release("rate", count=4)
     landed = wait_for(lambda: (b := get(server, batch["id"]))["request_counts"]["completed"] >= 4 and b,

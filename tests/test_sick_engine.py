@@ -14,7 +14,7 @@ FAST = {"OPENRELAY_RETRY_ATTEMPTS": "3", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.2",
 
 def _engine_up(server) -> float | None:
     text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
-    found = re.search(r'^openrelay_engine_up\{model="test/echo"\} (\S+)$', text, re.MULTILINE)
+    found = re.search(r'^openrelay_engine_up\{model="test/echo",replica="[^"]*"\} (\S+)$', text, re.MULTILINE)
     return float(found.group(1)) if found else None
 
 

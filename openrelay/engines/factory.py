@@ -14,14 +14,30 @@ from ..errors import CatalogError
 from .base import Engine
 from .packaged import packaged_file
 
-__all__ = ["build_engine", "check_engines", "ENGINE_KINDS"]
+__all__ = ["build_engine", "build_replicas", "base_urls", "check_engines", "ENGINE_KINDS"]
+
+
+def base_urls(config: dict[str, Any]) -> list[str]:
+    """The engine's replicas: ``base_urls``, or the one ``base_url``."""
+    if "base_urls" in config:
+        return list(config["base_urls"])
+    return [config.get("base_url")]  # type: ignore[list-item]  # checked by _check_openai
 
 
 def _check_openai(config: dict[str, Any]) -> None:
-    base_url = config.get("base_url")
-    parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"needs base_url, an http(s) URL (got {base_url!r})")
+    if "base_url" in config and "base_urls" in config:
+        raise ValueError("takes base_url or base_urls, not both")
+    urls = config.get("base_urls")
+    if "base_urls" in config and (not isinstance(urls, list) or not urls):
+        raise ValueError(f"needs base_urls to be a non-empty list of http(s) URLs (got {urls!r})")
+    for base_url in base_urls(config):
+        parts = urlsplit(base_url) if isinstance(base_url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            name = "base_urls entry" if "base_urls" in config else "base_url, an http(s) URL"
+            raise ValueError(f"needs {name} (got {base_url!r})")
+    seen = [str(u).rstrip("/") for u in base_urls(config)]
+    if len(set(seen)) != len(seen):
+        raise ValueError("lists one base_urls entry twice")
     for name in ("served_model", "api_key_env"):
         if name in config and not isinstance(config[name], str):
             raise ValueError(f"{name} must be a string")
@@ -85,6 +101,21 @@ def check_engines(catalog: Catalog) -> None:
             check(spec.engine)
         except ValueError as exc:
             raise CatalogError(f"catalog: model {spec.name!r} (engine {kind}) {exc}") from None
+
+
+def build_replicas(spec: ModelSpec) -> list[tuple[str, Engine]]:
+    """(name, engine) of each replica of the model's engine: one per ``base_urls`` entry, named by its URL, or
+    the one in-process engine, named ``local``."""
+    if spec.engine.get("kind") != "openai":
+        return [("local", build_engine(spec))]
+    from .openai_http import OpenAIEngine
+
+    connections = spec.max_concurrency if spec.adaptive else spec.concurrency * spec.slots
+    replicas: list[tuple[str, Engine]] = []
+    for url in base_urls(spec.engine):
+        config = {k: v for k, v in spec.engine.items() if k != "base_urls"} | {"base_url": url}
+        replicas.append((str(url).rstrip("/"), OpenAIEngine(config, max_connections=connections)))
+    return replicas
 
 
 def build_engine(spec: ModelSpec) -> Engine:

@@ -14,7 +14,7 @@ from ..blobs.keys import rejections_key
 from ..types import Batch, Rejection
 from ..validation.lines import numbered_lines
 
-__all__ = ["read_rejections", "pending_records", "Unreadable"]
+__all__ = ["read_rejections", "pending_records", "load_record", "Unreadable"]
 
 
 def read_rejections(blobs: BlobStore, batch: Batch) -> list[Rejection]:
@@ -39,10 +39,10 @@ def pending_records(blobs: BlobStore, batch: Batch, skip: set[int],
     with blobs.open(batch.input_blob_key) as handle:
         for line, raw in numbered_lines(handle, max_line_bytes):
             if line not in skip:
-                yield line, _load(raw)
+                yield line, load_record(raw)
 
 
-def _load(raw: bytes) -> Any:
+def load_record(raw: bytes) -> Any:
     """An accepted record, every value as it was written: msgspec keeps integers of any size (orjson would turn
     one past 64 bits into a float), and floats, strings and key order as orjson does. orjson reads nesting a
     little deeper than msgspec, up to the create's limit, so it reads what msgspec cannot."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
+import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..catalog import ModelSpec
@@ -24,9 +24,10 @@ from ..runtime import Runtime
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
 from .chunks import ChunkWriter
+from .dispatch import DispatchQueue, ModelGroups, Pending
 from .finalize import settle_batch
 from .gate import EngineGate, Stopped, StopReason
-from .inputs import Unreadable, pending_records, read_rejections
+from .inputs import Unreadable, read_rejections
 from .lease import LeaseKeeper
 from .lines import engine_error_line, error_line, output_line
 from .usage import record_usage
@@ -59,7 +60,7 @@ class _RecordFailed(Exception):
 
 class BatchRun:
     def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, gate: EngineGate,
-                 draining: Callable[[], bool] = lambda: False) -> None:
+                 draining: Callable[[], bool] = lambda: False, groups: ModelGroups | None = None) -> None:
         self.rt = rt
         self.worker_id = worker_id
         self.batch = batch
@@ -69,6 +70,7 @@ class BatchRun:
         self.settings = rt.settings
         self.keeper = LeaseKeeper(rt, batch.id, worker_id)
         self._draining = draining  # the worker is stopping: take no more records, hand the batch back
+        self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
         self.writer: ChunkWriter | None = None
         self._writing: asyncio.Task[None] | None = None
 
@@ -82,6 +84,7 @@ class BatchRun:
                                            last_seq=max((c.seq for c in chunks), default=0), model=self.spec.name)
         keeping = asyncio.create_task(self.keeper.run())
         writing = self._writing = asyncio.create_task(writer.run(lambda: self.keeper.lost))
+        publishing = asyncio.create_task(self._publish_limit())
         RUNNING_BATCHES.labels(self.spec.name).inc()
         try:
             try:
@@ -92,7 +95,7 @@ class BatchRun:
         except LeaseLost:
             self.keeper.lost = True
         finally:
-            for task in (keeping, writing):
+            for task in (keeping, writing, publishing):
                 task.cancel()
             with contextlib.suppress(BaseException):
                 await writing
@@ -101,6 +104,23 @@ class BatchRun:
             log.warning("batch %s: lease lost; another worker resumes it", self.batch.id)
             return
         await asyncio.to_thread(self._settle)
+
+    async def _publish_limit(self) -> None:
+        """Keep the batch's row showing the concurrency it runs at (the progress object's
+        ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
+        open replicas allow now, shared by its running batches in this process. Written when it changes, at most
+        once a second; a failed write is tried at the next change."""
+        shown: int | None = None
+        while True:
+            limit = self.gate.limit if self.spec.adaptive else self.spec.concurrency
+            if limit != shown:
+                try:
+                    await asyncio.to_thread(self.rt.batches.set_concurrency_limit, self.batch.id, self.worker_id,
+                                            limit)
+                    shown = limit
+                except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
+                    log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
+            await asyncio.sleep(max(1.0, self.settings.tick_seconds))
 
     def _settle(self) -> None:
         """The terminal status, from the store's counts after the last write."""
@@ -132,38 +152,51 @@ class BatchRun:
         return None
 
     async def _dispatch(self, skip: set[int]) -> None:
-        """``concurrency`` lanes share one reader of the input; each lane runs one record at a time. This keeps
-        exactly that many requests in flight with no task or semaphore per record."""
-        records = pending_records(self.rt.blobs, self.batch, skip, self.settings.max_line_bytes)
+        """``concurrency`` lanes share one queue of the batch's records (worker/dispatch.py: prefix groups back
+        to back); each lane runs one record at a time. This keeps exactly that many requests in flight with no
+        task or semaphore per record (with ``concurrency = "auto"``, as many as the engine's limiter lets go)."""
+        queue = DispatchQueue(self.rt.blobs, self.batch, skip, self.settings.max_line_bytes,
+                              grouping=self.spec.prefix_grouping, groups=self.groups)
         try:
-            first = next(records, None)
+            first = await queue.take()
             if first is None:
                 return
             await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id)
-            queue = itertools.chain((first,), records)
             try:
                 async with asyncio.TaskGroup() as lanes:
-                    for _ in range(self.spec.concurrency):
+                    lanes.create_task(self._lane(queue, first))
+                    for _ in range(self.spec.concurrency - 1):
                         lanes.create_task(self._lane(queue))
             except BaseExceptionGroup as group:
                 raise group.exceptions[0] from None  # the first lane's failure says why; the others share it
         finally:
-            records.close()
+            queue.close()
 
-    async def _lane(self, queue: Iterator[tuple[int, dict[str, Any] | Unreadable]]) -> None:
+    async def _lane(self, queue: DispatchQueue, first: Pending | None = None) -> None:
         assert self.writer is not None
+        item = first
         while self._stop_reason() is None:
-            if not await self.writer.wait_for_room(self.settings.tick_seconds):
-                continue
-            item = next(queue, None)
             if item is None:
-                return
-            if not await self._run_record(*item):
-                return
+                if not await self.writer.wait_for_room(self.settings.tick_seconds):
+                    continue
+                item = await queue.take()
+                if item is None:
+                    return
+                if self._stop_reason() is not None:
+                    return  # stopped while the lane waited for a record: it stays unrun
+            line, record, group = item
+            item = None
+            self.groups.started(group)
+            try:
+                if not await self._run_record(line, record, group):
+                    return
+            finally:
+                self.groups.finished(group)
+                queue.done(group)
 
     # -- one record ------------------------------------------------------------------------------------------
 
-    async def _run_record(self, line: int, record: dict[str, Any] | Unreadable) -> bool:
+    async def _run_record(self, line: int, record: dict[str, Any] | Unreadable, group: int = 0) -> bool:
         """Run one record and hand its line to the writer; False when the batch stopped it unanswered."""
         assert self.writer is not None
         if isinstance(record, Unreadable):
@@ -172,7 +205,7 @@ class BatchRun:
             return True
         custom_id = record["custom_id"]
         try:
-            reply = await self._answer(record["body"])
+            reply = await self._answer(record["body"], group)
             if 200 <= reply.status_code < 300:
                 usage = record_usage(self.batch.endpoint, reply.body)
                 data = output_line(custom_id, reply.body, catalog_model=self.spec.name)
@@ -194,23 +227,23 @@ class BatchRun:
                 message=f"the request could not be run: {exc.__class__.__name__}: {exc}"[:2000]))
         return True
 
-    async def _answer(self, body: dict[str, Any]) -> EngineReply:
+    async def _answer(self, body: dict[str, Any], group: int) -> EngineReply:
         """The record's final reply: one model call, or a tool loop of them (usage summed over its turns)."""
         ext = body.get("openrelay")
         tool_config = ext.get("tool_config") if isinstance(ext, dict) else None
         if tool_config is None:
-            return await self._call(_engine_body(body))
+            return await self._call(_engine_body(body), group)
         # Imported here: the MCP SDK takes half a second to load, and only records that call tools need it.
         from .tools import ToolLoopFailed, run_tool_loop
 
         try:
-            return await run_tool_loop(_engine_body(body), tool_config, self._call, self.rt.catalog,
-                                       self.batch.endpoint)
+            call = functools.partial(self._call, group=group)
+            return await run_tool_loop(_engine_body(body), tool_config, call, self.rt.catalog, self.batch.endpoint)
         except ToolLoopFailed as exc:
             raise _RecordFailed(exc.code, exc.message) from exc
 
-    async def _call(self, body: dict[str, Any]) -> EngineReply:
-        return await self.gate.answer(self.batch.endpoint, body, self._stop_reason)
+    async def _call(self, body: dict[str, Any], group: int = 0) -> EngineReply:
+        return await self.gate.answer(self.batch.endpoint, body, self._stop_reason, group)
 
 
 def _engine_body(body: dict[str, Any]) -> dict[str, Any]:

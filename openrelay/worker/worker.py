@@ -11,13 +11,17 @@ import logging
 import os
 import secrets
 
-from ..engines.factory import build_engine
+from ..catalog import ModelSpec
+from ..engines.factory import build_replicas
 from ..runtime import Runtime
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
 from ..webhooks.delivery import WebhookDelivery
+from .dispatch import ModelGroups
 from .finalize import end_failed_batch, settle_batch
 from .gate import EngineGate
+from .limiter import ConcurrencyLimiter
+from .replicas import Replica
 from .run import BatchRun
 
 __all__ = ["Worker"]
@@ -32,16 +36,23 @@ class Worker:
         self.slots = {name: spec.slots for name, spec in rt.catalog.models.items()}
         self.capacity = sum(self.slots.values()) + 4  # room to settle cancelled/expired batches meanwhile
         self._gates: dict[str, EngineGate] = {}
+        self._groups: dict[str, ModelGroups] = {}  # per model: the prefix groups its runs send now
         self._active: dict[str, asyncio.Task[None]] = {}
         self._runs: set[str] = set()  # of those, the batches being run (not settled): max_batches counts them
         self._stop = asyncio.Event()
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
 
     def gate(self, model: str) -> EngineGate:
-        """The model's engine, built on first use, behind the gate all its batches in this process share."""
+        """The model's engine replicas, built on first use, behind the gate all its batches in this process
+        share; with ``concurrency = "auto"`` each replica has its own limiter."""
         if model not in self._gates:
-            engine = build_engine(self.rt.catalog.models[model])
-            self._gates[model] = EngineGate(model, engine, self.rt.settings)
+            spec = self.rt.catalog.models[model]
+            engines = build_replicas(spec)
+            capacity = -(-spec.concurrency * spec.slots // len(engines))  # a fixed limit's share, rounded up
+            replicas = [Replica(model, name, engine, self.rt.settings, limiter=_limiter(spec), capacity=capacity)
+                        for name, engine in engines]
+            self._gates[model] = EngineGate(model, replicas, self.rt.settings, adaptive=spec.adaptive)
+            self._groups[model] = ModelGroups()
         return self._gates[model]
 
     async def run_forever(self) -> None:
@@ -119,8 +130,9 @@ class Worker:
         elif batch.past_window():
             await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
         else:
-            await BatchRun(self.rt, self.worker_id, batch, spec, self.gate(batch.model),
-                           draining=lambda: self.draining).run()
+            gate = self.gate(batch.model)
+            await BatchRun(self.rt, self.worker_id, batch, spec, gate, draining=lambda: self.draining,
+                           groups=self._groups[batch.model]).run()
 
     def request_stop(self) -> None:
         """Stop claiming (``run_forever`` returns); ``stop`` then drains."""
@@ -143,3 +155,9 @@ class Worker:
             await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
         for gate in self._gates.values():
             await gate.aclose()
+
+
+def _limiter(spec: ModelSpec) -> ConcurrencyLimiter | None:
+    if not spec.adaptive:
+        return None
+    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency)

@@ -1,0 +1,205 @@
+"""The order a running batch's records go out in: prefix groups back to back, each warmed by one record first,
+and groups other batches of the same model are sending first.
+
+The create stored the batch's dispatch order beside it (``openrelay/prefix.py``: every accepted record's line,
+byte range in the input and prefix group, largest groups first). A run reads that order once (a few bytes a
+record), drops the records already settled, and fetches the bodies a window at a time by range reads of the input
+(``read_ranges``), so it never holds more than a few windows of bodies whatever the batch's size.
+
+A group whose prefix the engine has not seen yet starts with one record, its leader; the rest of the group waits
+until the leader's answer is back (its prefix is then in the engine's cache), while the lanes go on with other
+groups' leaders and the records of groups already warm. Sent together onto a cold prefix, a group's records would
+all miss the cache. When a group is done the run takes next a group that another batch of the model is sending
+now (``ModelGroups``). A batch with no stored order (created before it existed, an embeddings batch, or
+``prefix_grouping = false``) runs in input order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from typing import Any
+
+from ..blobs.base import BlobMissing, BlobStore
+from ..blobs.keys import dispatch_order_key
+from ..prefix import read_entries
+from ..types import Batch
+from .inputs import Unreadable, load_record, pending_records
+
+__all__ = ["DispatchQueue", "ModelGroups", "Pending"]
+
+Pending = tuple[int, "dict[str, Any] | Unreadable", int]  # (line, record, prefix group; 0: none)
+
+_WINDOW_RECORDS = 64  # bodies fetched in one range read, at most ...
+_WINDOW_BYTES = 4 << 20  # ... and this many bytes of them (one record more when a single one is larger)
+_MAX_WARMING = 4  # groups of one run whose leader is out at once (more would push each other out of a small cache)
+_WARM_KEPT = 4096  # groups a process remembers as warm, per model (the oldest forgotten first)
+
+
+class ModelGroups:
+    """One model's prefix groups in a worker process, over all its batches: how many records of each are in flight
+    now, and which groups have had an answer (their prefix is warm in the engine's cache)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+        self._warm: OrderedDict[int, None] = OrderedDict()
+
+    def started(self, group: int) -> None:
+        if group:
+            self._counts[group] = self._counts.get(group, 0) + 1
+
+    def finished(self, group: int) -> None:
+        if group:
+            left = self._counts[group] - 1
+            if left:
+                self._counts[group] = left
+            else:
+                del self._counts[group]
+            self._warm[group] = None
+            self._warm.move_to_end(group)
+            if len(self._warm) > _WARM_KEPT:
+                self._warm.popitem(last=False)
+
+    def hot(self) -> list[int]:
+        return list(self._counts)
+
+    def is_warm(self, group: int) -> bool:
+        return group in self._warm
+
+
+class DispatchQueue:
+    """The records of one run still to send, taken one at a time by the run's lanes (``take``); a lane reports
+    each record's end (``done``), which lets a warmed group's other records go."""
+
+    def __init__(self, blobs: BlobStore, batch: Batch, skip: set[int], max_line_bytes: int, *, grouping: bool,
+                 groups: ModelGroups | None = None) -> None:
+        self.blobs = blobs
+        self.batch = batch
+        self.skip = skip
+        self.max_line_bytes = max_line_bytes
+        self.grouping = grouping
+        self.groups = groups or ModelGroups()
+        self._lock = asyncio.Lock()
+        self._released = asyncio.Event()
+        self._ready: list[Pending] = []  # fetched bodies, the next one last
+        self._input_order: Iterator[tuple[int, dict[str, Any] | Unreadable]] | None = None
+        # The stored order, as compact columns of the records left to send; runs of one group are contiguous.
+        self._lines = array("I")
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        self._groups = array("Q")
+        self._run_starts = array("I")  # index of each run's first record; a run is one group (or one ungrouped)
+        self._run_taken = bytearray()
+        self._runs_of_group: dict[int, list[int]] = {}
+        self._next_run = 0  # the first run in the stored order that may still be untaken
+        self._open: deque[tuple[int, int]] = deque()  # index ranges that may go now
+        self._parked: dict[int, list[tuple[int, int]]] = {}  # a warming group's records, waiting for its leader
+        self._loaded = False
+
+    async def take(self) -> Pending | None:
+        """The next record to send, or None when every record has been taken."""
+        async with self._lock:
+            if not self._loaded:
+                await asyncio.to_thread(self._load)
+            if self._input_order is not None:
+                item = next(self._input_order, None)
+                return None if item is None else (item[0], item[1], 0)
+            while not self._ready:
+                if self._open:
+                    await self._fetch(self._window())
+                    break
+                run = self._next_run_index() if len(self._parked) < _MAX_WARMING else None
+                if run is not None:
+                    start, end = self._take_run(run)
+                    group = self._groups[start]
+                    if end - start == 1 or group == 0 or self.groups.is_warm(group):
+                        self._open.append((start, end))
+                        continue
+                    self._parked.setdefault(group, []).append((start + 1, end))
+                    await self._fetch([start])  # the leader goes alone; done() lets the rest go
+                    break
+                if not self._parked:
+                    return None
+                self._released.clear()
+                await self._released.wait()
+            return self._ready.pop()
+
+    def done(self, group: int) -> None:
+        """A record of ``group`` has its answer (or ended without one): a group it led may go now, first."""
+        ranges = self._parked.pop(group, None)
+        if ranges:
+            self._open.extendleft(reversed(ranges))
+            self._released.set()
+
+    def close(self) -> None:
+        if self._input_order is not None:
+            self._input_order.close()  # type: ignore[attr-defined]  # a generator: its input file closes
+
+    # -- the stored order ---------------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self._loaded = True
+        if self.grouping:
+            try:
+                with self.blobs.open(dispatch_order_key(self.batch.id)) as handle:
+                    self._read_order(handle)
+                return
+            except BlobMissing:
+                pass
+        self._input_order = pending_records(self.blobs, self.batch, self.skip, self.max_line_bytes)
+
+    def _read_order(self, handle: Any) -> None:
+        previous: int | None = None
+        for entry in read_entries(handle):
+            if entry.line in self.skip:
+                continue
+            index = len(self._lines)
+            self._lines.append(entry.line)
+            self._offsets.append(entry.offset)
+            self._lengths.append(entry.length)
+            self._groups.append(entry.group)
+            if entry.group == 0 or entry.group != previous:
+                run = len(self._run_starts)
+                self._run_starts.append(index)
+                if entry.group:
+                    self._runs_of_group.setdefault(entry.group, []).append(run)
+            previous = entry.group
+        self._run_taken = bytearray(len(self._run_starts))
+
+    def _take_run(self, run: int) -> tuple[int, int]:
+        self._run_taken[run] = 1
+        end = self._run_starts[run + 1] if run + 1 < len(self._run_starts) else len(self._lines)
+        return self._run_starts[run], end
+
+    def _next_run_index(self) -> int | None:
+        """A group another batch of the model sends now, else the next untaken run in the stored order."""
+        for group in self.groups.hot():
+            for run in self._runs_of_group.get(group, ()):
+                if not self._run_taken[run]:
+                    return run
+        while self._next_run < len(self._run_starts) and self._run_taken[self._next_run]:
+            self._next_run += 1
+        return self._next_run if self._next_run < len(self._run_starts) else None
+
+    def _window(self) -> list[int]:
+        """Indexes of the next records to fetch from the open ranges: up to a window's worth."""
+        window: list[int] = []
+        size = 0
+        while self._open and len(window) < _WINDOW_RECORDS and size < _WINDOW_BYTES:
+            start, end = self._open.popleft()
+            while start < end and len(window) < _WINDOW_RECORDS and size < _WINDOW_BYTES:
+                window.append(start)
+                size += self._lengths[start]
+                start += 1
+            if start < end:
+                self._open.appendleft((start, end))
+        return window
+
+    async def _fetch(self, window: list[int]) -> None:
+        ranges = [(self._offsets[i], self._lengths[i]) for i in window]
+        bodies = await asyncio.to_thread(self.blobs.read_ranges, self.batch.input_blob_key, ranges)
+        self._ready = [(self._lines[i], load_record(raw), self._groups[i]) for i, raw in zip(window, bodies,
+                                                                                                 strict=True)]
+        self._ready.reverse()

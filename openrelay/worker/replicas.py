@@ -1,0 +1,165 @@
+"""One engine replica as a worker process sees it: its own health, its own in-flight count and limit.
+
+A model's engine has one replica per ``base_urls`` entry (one for ``base_url`` and for in-process engines). A
+replica that is down (its probe gets no answer) or sick (it fails every call while its probe passes) is out of
+rotation until its prober sees it answer again; the gate sends to the replicas that are open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from typing import Any, Literal
+
+from ..config import Settings
+from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
+from ..metrics import ENGINE_CONCURRENCY_LIMIT, ENGINE_IN_FLIGHT, ENGINE_UP
+from .limiter import ConcurrencyLimiter, outcome_for_status
+from .limiter import Outcome as Lesson
+
+__all__ = ["Replica", "Outage", "Outcome", "OVERLOAD_STATUSES"]
+
+Outage = Literal["down", "sick"]
+# What one call came to: an answer that is no failure, the engine too busy (429/503), another failure (408, 5xx),
+# or no answer at all (refused, reset, timed out).
+Outcome = Literal["answered", "overloaded", "failed", "no_answer"]
+OVERLOAD_STATUSES = frozenset((429, 503))  # the engine says it has too much to do: a limiter backs off
+
+log = logging.getLogger("openrelay.worker")
+
+
+class Replica:
+    def __init__(self, model: str, name: str, engine: Engine, settings: Settings, *,
+                 limiter: ConcurrencyLimiter | None, capacity: int) -> None:
+        self.model = model
+        self.name = name  # the replica's base URL ("local" for an in-process engine): its metrics label
+        self.engine = engine
+        self.settings = settings
+        self.limiter = limiter
+        self.capacity = capacity  # requests it takes at once before load spills to another (fixed concurrency)
+        self.in_flight = 0
+        self.failing = 0  # records now between their first retryable failure here and their final answer
+        self.last_ok_sent = 0.0  # monotonic send time of the latest-sent call here that got a non-failure answer
+        self.reason: Outage = "down"
+        self._open = asyncio.Event()
+        self._open.set()
+        self._backoff = settings.outage_base_seconds
+        self._prober: asyncio.Task[None] | None = None
+        self._checking: asyncio.Task[None] | None = None
+        self._seed = hashlib.blake2b(name.encode(), digest_size=8).digest()
+        ENGINE_UP.labels(model, name).set(1)
+        ENGINE_IN_FLIGHT.labels(model, name).set_function(lambda: self.in_flight)
+        ENGINE_CONCURRENCY_LIMIT.labels(model, name).set_function(lambda: self.limit)
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    @property
+    def limit(self) -> int:
+        return self.limiter.limit if self.limiter is not None else self.capacity
+
+    @property
+    def saturated(self) -> bool:
+        return self.in_flight >= self.limit
+
+    @property
+    def headroom(self) -> int:
+        return self.limit - self.in_flight
+
+    def score(self, group: int) -> bytes:
+        """Rendezvous (highest random weight) hashing: the open replica with the highest score for a prefix
+        group is its home, so each replica's prefix cache serves its own groups, and a replica leaving or
+        coming back moves only the groups it wins."""
+        return hashlib.blake2b(group.to_bytes(8, "little"), digest_size=8, key=self._seed).digest()
+
+    async def wait_open(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._open.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def send(self, endpoint: str, body: dict[str, Any]) -> tuple[EngineReply, Outcome]:
+        """One call, inside this replica's limiter when the model's concurrency is adaptive."""
+        token = await self.limiter.acquire() if self.limiter is not None else None
+        seen = Lesson.IGNORE  # what the limiter learns: a cancelled call teaches it nothing
+        self.in_flight += 1
+        try:
+            try:
+                reply = await self.engine.call(endpoint, body)
+            except EngineUnavailable as exc:
+                # A timeout is the engine too slow to answer: the limiter backs off as for a 429.
+                seen = Lesson.OVERLOAD if "timed out" in exc.message else Lesson.ERROR
+                reply = EngineReply(503, error_body(exc.message, type_="server_error", code="engine_unavailable"))
+                return reply, "no_answer"
+            status = reply.status_code
+            seen = outcome_for_status(status)
+            if status in OVERLOAD_STATUSES:
+                return reply, "overloaded"
+            if status >= 500 or status == 408:
+                return reply, "failed"
+            return reply, "answered"
+        finally:
+            self.in_flight -= 1
+            if token is not None:
+                assert self.limiter is not None
+                self.limiter.release(token, seen)
+
+    def answered(self, sent: float) -> None:
+        """A call sent at ``sent`` got an answer that is not a failure."""
+        self.last_ok_sent = max(self.last_ok_sent, sent)
+        self._backoff = self.settings.outage_base_seconds
+
+    def suspect(self) -> None:
+        """A call got no answer or a 5xx: probe once now, so a replica that died leaves rotation at once and
+        its records go to the others, instead of after a record's every attempt."""
+        if self._open.is_set() and (self._checking is None or self._checking.done()):
+            self._checking = asyncio.create_task(self._check())
+
+    async def _check(self) -> None:
+        if not await self.engine.healthy():
+            self.close("down")
+
+    async def outage(self, first_failure: float) -> Outage | None:
+        """A record ran out of attempts here: is the replica down or sick (close it), or is the record at fault
+        (None)? Only calls sent after the record's first failure tell: an answer to a call sent earlier may land
+        after the replica turned sick."""
+        if not self._open.is_set():
+            return self.reason
+        if not await self.engine.healthy():
+            self.close("down")
+        elif self.last_ok_sent <= first_failure and self.failing >= 2:
+            self.close("sick")
+        else:
+            return None
+        return self.reason
+
+    def close(self, reason: Outage) -> None:
+        if not self._open.is_set():
+            return
+        why = "its health probe failed" if reason == "down" else "it fails every call"
+        log.warning("engine of %s at %s looks down (%s): taking it out of rotation", self.model, self.name, why)
+        self.reason = reason
+        self._open.clear()
+        ENGINE_UP.labels(self.model, self.name).set(0)
+        self._prober = asyncio.create_task(self._probe_until_up())
+
+    async def _probe_until_up(self) -> None:
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(self._backoff)
+            self._backoff = min(self._backoff * 2, self.settings.outage_max_seconds)
+            if await self.engine.healthy():
+                break
+        log.info("engine of %s at %s answers again after %.1f s: back in rotation", self.model, self.name,
+                 time.monotonic() - started)
+        ENGINE_UP.labels(self.model, self.name).set(1)
+        self._open.set()
+
+    async def aclose(self) -> None:
+        for task in (self._prober, self._checking):
+            if task is not None:
+                task.cancel()
+        await self.engine.aclose()
