@@ -1,0 +1,472 @@
+"""The adaptive concurrency limiter (openrelay/worker/limiter.py), on a simulated engine and a simulated clock.
+
+The engine shares its speed among the calls it runs (processor sharing): up to ``knee`` calls each run at full
+speed (flat latency); past it the engine's total throughput falls, so latency rises faster than the calls added;
+past ``reject_above`` it answers 429 at once. ``background`` calls of other clients (interactive traffic) run on
+it all the time. Nothing sleeps: the simulation moves the limiter's clock from one answer to the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from openrelay.worker.limiter import (
+    OVERLOAD_BACKOFF,
+    ConcurrencyLimiter,
+    Outcome,
+    Token,
+    initial_limit,
+    outcome_for_status,
+)
+
+REJECT_LATENCY = 0.01  # a 429 comes back at once
+Work = Callable[[], float]
+
+
+def unit_work() -> float:
+    return 1.0
+
+
+def drawn(seed: int, draw: Callable[[random.Random], float]) -> Work:
+    rng = random.Random(seed)
+    return lambda: draw(rng)
+
+
+@dataclass
+class SimulatedEngine:
+    knee: int
+    base: float = 1.0  # seconds a call of one unit of work takes at or below the knee
+    drop: float = 0.5  # past the knee, throughput is divided by 1 + drop x (extra calls / knee)
+    reject_above: int | None = None  # more calls than this at once are answered 429
+    background: int = 0  # other clients' calls always running
+
+    def speed(self, running: int) -> float:
+        """Work per second each of ``running`` calls gets."""
+        if running <= self.knee:
+            return 1 / self.base
+        throughput = self.knee / self.base / (1 + self.drop * (running - self.knee) / self.knee)
+        return throughput / running
+
+
+@dataclass
+class Simulation:
+    engine: SimulatedEngine
+    limiter: Callable[[Callable[[], float]], ConcurrencyLimiter] = lambda clock: ConcurrencyLimiter(1, 256,
+                                                                                                    clock=clock)
+    work: Work = unit_work  # one call's work
+    report_work: bool = False  # release successes with their work (as the worker may with output tokens)
+    demand: int | None = None  # the most calls the batch has to send at once (None: always more than the limit)
+    now: float = 0.0
+    running: list[list] = field(default_factory=list)  # [work left, token, work]
+    rejecting: list[tuple[float, Token]] = field(default_factory=list)  # (when the 429 arrives, token)
+    answers: list[tuple[float, Outcome, int]] = field(default_factory=list)  # (when, outcome, limit after)
+
+    def __post_init__(self) -> None:
+        self.made = self.limiter(self.clock)
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, until: float) -> Simulation:
+        asyncio.run(self._drive(until))
+        return self
+
+    async def _drive(self, until: float) -> None:
+        limiter = self.made
+        while self.now < until:
+            cap = limiter.limit if self.demand is None else min(limiter.limit, self.demand)
+            while limiter.in_flight < cap:
+                self._send(await limiter.acquire())
+                assert limiter.in_flight <= limiter.limit
+            token, outcome, work = self._next_answer()
+            limiter.release(token, outcome, work)
+            assert limiter.min_limit <= limiter.limit <= limiter.max_limit
+            self.answers.append((self.now, outcome, limiter.limit))
+
+    def _send(self, token: Token) -> None:
+        reject_above = self.engine.reject_above
+        if reject_above is not None and len(self.running) + self.engine.background >= reject_above:
+            self.rejecting.append((self.now + REJECT_LATENCY, token))
+        else:
+            work = self.work()
+            self.running.append([work, token, work])
+
+    def _next_answer(self) -> tuple[Token, Outcome, float]:
+        """Moves the clock to the next answer and returns it."""
+        speed = self.engine.speed(len(self.running) + self.engine.background)
+        finish = min(self.running, key=lambda call: call[0]) if self.running else None
+        finish_at = self.now + finish[0] / speed if finish is not None else float("inf")
+        reject = min(self.rejecting, key=lambda r: r[0]) if self.rejecting else None
+        if reject is not None and reject[0] <= finish_at:
+            self.rejecting.remove(reject)
+            self._advance(reject[0] - self.now, speed)
+            return reject[1], Outcome.OVERLOAD, 1.0
+        assert finish is not None
+        self._advance(finish_at - self.now, speed)
+        self.running.remove(finish)
+        return finish[1], Outcome.SUCCESS, finish[2] if self.report_work else 1.0
+
+    def _advance(self, seconds: float, speed: float) -> None:
+        for call in self.running:
+            call[0] -= seconds * speed
+        self.now += seconds
+
+    def throughput(self, since: float) -> float:
+        """Successful answers per second after ``since``."""
+        return sum(outcome is Outcome.SUCCESS for at, outcome, _ in self.answers if at >= since) / (self.now - since)
+
+    def overload_share(self, since: float) -> float:
+        late = [outcome for at, outcome, _ in self.answers if at >= since]
+        return sum(outcome is Outcome.OVERLOAD for outcome in late) / len(late)
+
+    def limits(self, since: float, until: float = float("inf")) -> list[int]:
+        return [limit for at, _, limit in self.answers if since <= at < until]
+
+
+def fixed(limit: int) -> Callable[[Callable[[], float]], ConcurrencyLimiter]:
+    return lambda clock: ConcurrencyLimiter(limit, limit, clock=clock)
+
+
+def best_fixed_throughput(engine: SimulatedEngine, work: Work, limits: range, seconds: float = 200) -> float:
+    return max(Simulation(engine, fixed(n), work=work).run(seconds).throughput(seconds / 2) for n in limits)
+
+
+# --- the algorithm, on the simulated engine
+
+
+def test_flat_latency_grows_to_the_maximum() -> None:
+    sim = Simulation(SimulatedEngine(knee=10_000), lambda clock: ConcurrencyLimiter(1, 64, clock=clock)).run(40)
+    assert sim.made.limit == 64
+    assert set(sim.limits(20)) == {64}
+
+
+@pytest.mark.parametrize("drop", [0.5, 1.0])
+def test_settles_near_the_knee(drop: float) -> None:
+    """Latency flat up to 16 calls and rising steeply after: the limit stays within 12..24 once it has found it."""
+    sim = Simulation(SimulatedEngine(knee=16, drop=drop)).run(400)
+    settled = sim.limits(100)
+    assert 12 <= min(settled) and max(settled) <= 24, (min(settled), max(settled))
+
+
+@pytest.mark.parametrize("seed", [2, 10, 11])
+def test_noise_widens_the_band_upwards(seed: int) -> None:
+    """Work varying 0.5..1.5, not reported: a window is judged slower only beyond its own noise, so the limit
+    overshoots the knee a little more (never under it by much)."""
+    sim = Simulation(SimulatedEngine(knee=16), work=drawn(seed, lambda rng: rng.uniform(0.5, 1.5))).run(400)
+    settled = sim.limits(100)
+    assert 12 <= min(settled) and max(settled) <= 28, (min(settled), max(settled))
+
+
+@pytest.mark.parametrize("tail", ["exponential", "lognormal"])
+def test_work_reported_keeps_long_and_short_calls_comparable(tail: str) -> None:
+    """Calls whose work varies 100-fold: the latency per unit of work finds the knee as sharply as equal calls."""
+    draw = (lambda rng: rng.expovariate(1.0)) if tail == "exponential" else (lambda rng: rng.lognormvariate(-0.5, 1))
+    sim = Simulation(SimulatedEngine(knee=16), work=drawn(1, draw), report_work=True).run(400)
+    settled = sim.limits(100)
+    assert 14 <= min(settled) and max(settled) <= 21, (min(settled), max(settled))
+
+
+def test_noisy_calls_unreported_cost_precision_not_collapse() -> None:
+    """Exponential work without it reported: the limit wanders more, but neither collapses nor runs away."""
+    sim = Simulation(SimulatedEngine(knee=16), work=drawn(1, lambda rng: rng.expovariate(1.0))).run(400)
+    settled = sim.limits(100)
+    assert 8 <= statistics.mean(settled) <= 32
+    assert sim.throughput(200) >= 0.75 * 16
+
+
+def test_throughput_near_the_best_fixed_limit() -> None:
+    """An engine whose throughput falls past 16 calls and that answers 429 past 24: the limiter's steady
+    throughput is at least 0.9 of the best fixed limit's, with at most 5% of answers 429."""
+    engine = SimulatedEngine(knee=16, reject_above=24)
+    best = best_fixed_throughput(engine, unit_work, range(1, 25))  # past 24 every call more is a 429
+    sim = Simulation(engine).run(400)
+    assert sim.throughput(200) >= 0.9 * best, (sim.throughput(200), best)
+    assert sim.overload_share(200) <= 0.05
+
+
+def test_throughput_with_varied_work_reported() -> None:
+    engine = SimulatedEngine(knee=16, reject_above=24)
+    work = drawn(1, lambda rng: rng.expovariate(1.0))
+    best = best_fixed_throughput(engine, drawn(1, lambda rng: rng.expovariate(1.0)), range(12, 25))
+    sim = Simulation(engine, work=work, report_work=True).run(400)
+    assert sim.throughput(200) >= 0.9 * best, (sim.throughput(200), best)
+    assert sim.overload_share(200) <= 0.05
+
+
+def test_429_past_a_maximum_on_a_flat_engine() -> None:
+    """No latency knee, only a hard cap at 32 answered with 429: the limit dwells just under it."""
+    engine = SimulatedEngine(knee=10_000, reject_above=32)
+    sim = Simulation(engine).run(400)
+    settled = sim.limits(100)
+    assert 24 <= min(settled) and max(settled) <= 34
+    assert sim.overload_share(200) <= 0.02
+    assert sim.throughput(200) >= 0.9 * 32
+
+
+def test_yields_to_interactive_traffic_and_takes_the_room_back() -> None:
+    """8 interactive calls start on the engine (knee 16): the batch's limit comes down, and goes back up when they
+    stop."""
+    engine = SimulatedEngine(knee=16)
+    sim = Simulation(engine).run(300)
+    alone = statistics.mean(sim.limits(100, 300))
+    engine.background = 8
+    sim.run(600)
+    beside = statistics.mean(sim.limits(400, 600))
+    engine.background = 0
+    sim.run(900)
+    again = statistics.mean(sim.limits(700, 900))
+    assert beside <= alone - 5, (alone, beside)
+    assert beside <= 16 - 8 + 6
+    assert again >= alone - 2, (alone, again)
+
+
+@pytest.mark.parametrize("demand", [3, 10])
+def test_an_unused_limit_does_not_grow(demand: int) -> None:
+    sim = Simulation(SimulatedEngine(knee=10_000), demand=demand).run(200)
+    assert sim.made.limit <= max(initial_limit(1, 256), 2 * demand)
+
+
+# --- overloads and bounds, by hand
+
+
+def test_429_backs_off_once_per_round_and_never_below_the_minimum() -> None:
+    now = [0.0]
+    limiter = ConcurrencyLimiter(2, 64, initial=40, clock=lambda: now[0])
+
+    async def rounds() -> list[int]:
+        seen = []
+        for _ in range(30):
+            tokens = [await limiter.acquire() for _ in range(limiter.limit)]
+            now[0] += 1
+            for token in tokens:  # every call of the round is answered 429: one back-off for the round
+                limiter.release(token, Outcome.OVERLOAD)
+            seen.append(limiter.limit)
+        return seen
+
+    seen = asyncio.run(rounds())
+    assert seen[0] == int(40 * OVERLOAD_BACKOFF)
+    assert seen[1] == int(40 * OVERLOAD_BACKOFF ** 2)
+    assert seen[-1] == 2 and min(seen) == 2
+
+
+def test_errors_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
+    now = [0.0]
+    limiter = ConcurrencyLimiter(1, 64, initial=8, clock=lambda: now[0])
+
+    async def calls() -> None:
+        for i in range(200):
+            tokens = [await limiter.acquire() for _ in range(8)]
+            now[0] += 1
+            for token in tokens:
+                limiter.release(token, Outcome.ERROR if i % 2 else Outcome.IGNORE)
+
+    asyncio.run(calls())
+    assert limiter.limit == 8 and limiter.in_flight == 0
+
+
+def test_bounds_hold_under_any_answers() -> None:
+    rng = random.Random(7)
+    now = [0.0]
+    limiter = ConcurrencyLimiter(3, 20, clock=lambda: now[0])
+
+    async def calls() -> None:
+        held: list[Token] = []
+        for _ in range(20_000):
+            while limiter.in_flight < limiter.limit and rng.random() < 0.9:
+                held.append(await limiter.acquire())
+                assert limiter.in_flight <= limiter.limit
+            if held:
+                now[0] += rng.expovariate(10)
+                token = held.pop(rng.randrange(len(held)))
+                limiter.release(token, rng.choices(list(Outcome), weights=[80, 5, 10, 5])[0])
+            assert 3 <= limiter.limit <= 20
+
+    asyncio.run(calls())
+
+
+def test_on_change_reports_each_new_limit() -> None:
+    seen: list[int] = []
+    limiter = ConcurrencyLimiter(1, 256, initial=50, on_change=seen.append)
+
+    async def one_overload() -> None:
+        limiter.release(await limiter.acquire(), Outcome.OVERLOAD)
+
+    asyncio.run(one_overload())
+    assert seen == [40] == [limiter.limit]
+
+
+def test_outcome_of_each_status() -> None:
+    assert [outcome_for_status(s) for s in (200, 201, 400, 404, 408, 429, 500, 502, 503, 504)] == [
+        Outcome.SUCCESS, Outcome.SUCCESS, Outcome.ERROR, Outcome.ERROR, Outcome.OVERLOAD, Outcome.OVERLOAD,
+        Outcome.ERROR, Outcome.ERROR, Outcome.OVERLOAD, Outcome.OVERLOAD]
+
+
+def test_initial_limit_is_four_within_the_bounds() -> None:
+    assert [initial_limit(1, 256), initial_limit(8, 256), initial_limit(1, 2)] == [4, 8, 2]
+    assert ConcurrencyLimiter(1, 256).limit == 4
+    assert ConcurrencyLimiter(2, 10, initial=99).limit == 10
+    with pytest.raises(ValueError):
+        ConcurrencyLimiter(5, 4)
+
+
+def test_a_token_released_twice_is_refused() -> None:
+    async def twice() -> None:
+        limiter = ConcurrencyLimiter(1, 4)
+        token = await limiter.acquire()
+        limiter.release(token, Outcome.SUCCESS)
+        with pytest.raises(RuntimeError):
+            limiter.release(token, Outcome.SUCCESS)
+        assert limiter.in_flight == 0
+
+    asyncio.run(twice())
+
+
+# --- waiting: first come, first served; cancellation leaks nothing
+
+
+def test_waiters_get_slots_in_arrival_order() -> None:
+    async def queue() -> list[int]:
+        limiter = ConcurrencyLimiter(2, 2)
+        held = [await limiter.acquire(), await limiter.acquire()]
+        order: list[int] = []
+
+        async def waiter(i: int) -> None:
+            token = await limiter.acquire()
+            order.append(i)
+            held.append(token)
+
+        tasks = [asyncio.create_task(waiter(i)) for i in range(6)]
+        await asyncio.sleep(0)
+        assert limiter.waiting == 6
+        while len(order) < 6:
+            limiter.release(held.pop(0), Outcome.SUCCESS)
+            await asyncio.sleep(0)
+            assert limiter.in_flight <= 2
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(queue()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_newcomer_does_not_pass_a_waiter() -> None:
+    async def newcomer() -> list[str]:
+        limiter = ConcurrencyLimiter(1, 1)
+        first = await limiter.acquire()
+        order: list[str] = []
+
+        async def take(name: str) -> None:
+            async with limiter.slot():
+                order.append(name)
+                await asyncio.sleep(0)
+
+        waiting = asyncio.create_task(take("waiter"))
+        await asyncio.sleep(0)
+        limiter.release(first, Outcome.SUCCESS)  # the slot goes to the waiter, even before it runs again
+        await take("newcomer")
+        await waiting
+        return order
+
+    assert asyncio.run(newcomer()) == ["waiter", "newcomer"]
+
+
+def test_a_cancelled_waiter_leaks_no_slot() -> None:
+    async def cancel_waiting() -> None:
+        limiter = ConcurrencyLimiter(1, 1)
+        first = await limiter.acquire()
+        cancelled = asyncio.create_task(limiter.acquire())
+        behind = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        limiter.release(first, Outcome.SUCCESS)
+        token = await behind  # the slot passes the cancelled waiter by
+        assert limiter.in_flight == 1
+        limiter.release(token, Outcome.SUCCESS)
+        assert limiter.in_flight == 0 and limiter.waiting == 0
+        assert (await limiter.acquire()).sent >= 0  # and a newcomer gets one at once
+
+    asyncio.run(cancel_waiting())
+
+
+def test_a_waiter_cancelled_as_its_slot_arrives_gives_it_back() -> None:
+    async def cancel_granted() -> None:
+        limiter = ConcurrencyLimiter(1, 1)
+        first = await limiter.acquire()
+        waiter = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        limiter.release(first, Outcome.SUCCESS)  # grants the waiter's slot...
+        waiter.cancel()  # ...and the waiter is cancelled before it runs to take it
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert limiter.in_flight == 0
+        async with limiter.slot():
+            assert limiter.in_flight == 1
+
+    asyncio.run(cancel_granted())
+
+
+def test_slot_outcomes_without_a_report() -> None:
+    now = [0.0]
+
+    async def blocks() -> None:
+        limiter = ConcurrencyLimiter(1, 64, initial=10, clock=lambda: now[0])
+        with pytest.raises(ValueError):
+            async with limiter.slot():
+                raise ValueError("send failed")  # an error: the slot is freed, the limit stays
+        assert (limiter.in_flight, limiter.limit) == (0, 10)
+        async with limiter.slot() as slot:
+            slot.report(Outcome.OVERLOAD)
+        assert (limiter.in_flight, limiter.limit) == (0, 8)
+        task = asyncio.create_task(hold(limiter))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (limiter.in_flight, limiter.limit) == (0, 8)
+
+    async def hold(limiter: ConcurrencyLimiter) -> None:
+        async with limiter.slot():
+            await asyncio.Event().wait()
+
+    asyncio.run(blocks())
+
+
+def test_many_tasks_never_exceed_the_limit() -> None:
+    """Tasks contend for slots while answers shrink and grow the limit: whenever slots are handed out (a release
+    passing them to waiters, or an acquire), in flight is within the limit after; every slot comes back."""
+    rng = random.Random(3)
+    now = [0.0]
+    limiter = ConcurrencyLimiter(2, 12, clock=lambda: now[0])
+    release = limiter.release
+    granted = 0
+
+    def checked_release(token: Token, outcome: Outcome, work: float = 1.0) -> None:
+        nonlocal granted
+        before = limiter.in_flight
+        release(token, outcome, work)
+        if limiter.in_flight >= before:  # the release handed its slot (and maybe more) to waiters
+            granted += 1
+            assert limiter.in_flight <= limiter.limit
+
+    limiter.release = checked_release  # type: ignore[method-assign]
+
+    async def call() -> None:
+        for _ in range(50):
+            async with limiter.slot() as slot:
+                for _ in range(rng.randrange(1, 4)):
+                    now[0] += 0.01
+                    await asyncio.sleep(0)
+                slot.report(rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.ERROR]))
+
+    async def contend() -> None:
+        await asyncio.gather(*(call() for _ in range(30)))
+
+    asyncio.run(contend())
+    assert limiter.in_flight == 0 and limiter.waiting == 0
+    assert granted > 100
