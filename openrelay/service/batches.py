@@ -11,14 +11,16 @@ from typing import Any
 import msgspec
 import orjson
 
-from ..blobs.keys import file_key, rejections_key
-from ..catalog import ENDPOINTS
+from ..blobs.keys import dispatch_order_key, file_key, rejections_key
+from ..catalog import ENDPOINTS, Catalog
 from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..ids import new_batch_id, new_file_id, now, now_ns
+from ..prefix import PROMPT_FIELDS
 from ..runtime import Runtime
 from ..store.compiled import Plan, run_plan
 from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
+from ..validation.lines import BOM
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
 from .bodies import json_object
@@ -102,8 +104,9 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
         requests: list[msgspec.Raw] = body["requests"]
         source = functools.partial(inline_lines, requests)
         input_file_id, blob_key = new_file_id(), ""
-    result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records)
     dry_run = body.get("dry_run") is True
+    result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records,
+                          collect_prefixes=dry_run or _may_group(rt.catalog, endpoint))
     if result.accepted == 0:
         _refuse_no_valid_records(rt, key, result, store=not dry_run)
     if dry_run:  # every check done: answer as the create would, making and storing nothing (service/estimate.py)
@@ -113,6 +116,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
         blob_key = file_key(input_file_id)
         size = _store_inline(rt, blob_key, body["requests"])
         new_files.append(_file_values(input_file_id, key, "batch", f"{batch_id}_requests.jsonl", size, blob_key))
+    _store_dispatch_order(rt, batch_id, result, blob_key, from_file="input_file_id" in body)
     rejections_file_id = None
     if result.rejections:
         rejections_file_id = new_file_id()
@@ -259,6 +263,30 @@ def _store_rejections(rt: Runtime, blob_key: str, rejections: list[Rejection]) -
         for rejection in rejections:
             out.write(orjson.dumps(rejection.as_api()) + b"\n")
     return rt.blobs.size(blob_key)
+
+
+def _may_group(catalog: Catalog, endpoint: str) -> bool:
+    """Whether a batch on ``endpoint`` could have its records grouped by prompt prefix: the endpoint has prompt
+    fields and a model offered for it has ``prefix_grouping`` (which one is the batch's is known after the scan)."""
+    return endpoint in PROMPT_FIELDS and any(spec.prefix_grouping and endpoint in spec.endpoints
+                                             for spec in catalog.models.values())
+
+
+def _store_dispatch_order(rt: Runtime, batch_id: str, result: ScanResult, blob_key: str, *, from_file: bool) -> None:
+    """The batch's dispatch order (``prefix.DispatchOrder``), when its model groups by prefix and at least two
+    of its records share one; otherwise no blob, and the worker runs the records in input order."""
+    spec = rt.catalog.models.get(result.model or "")
+    if result.prefixes is None or spec is None or not spec.prefix_grouping or not result.prefixes.may_share():
+        return
+    order = result.prefixes.order(rejected=(r.line for r in result.rejections))
+    if not order.groups:
+        return
+    base = 0
+    if from_file:  # the scan counts from the first line; a byte order mark before it stays in the stored file
+        with rt.blobs.open(blob_key) as handle:
+            base = len(BOM) if handle.read(len(BOM)) == BOM else 0
+    with rt.blobs.writer(dispatch_order_key(batch_id)) as out:
+        out.write(order.encoded(base))
 
 
 def _store_inline(rt: Runtime, blob_key: str, requests: list[msgspec.Raw]) -> int:

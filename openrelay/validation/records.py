@@ -1,22 +1,32 @@
-"""The per-record rules of a create (CONTRACT section 4), in the order they are checked.
+"""The per-record rules of a create (CONTRACT section 4), in the order they are checked, and how a record is read.
 
 ``check_record`` decides everything a record can be judged on alone. The two rules that need the whole input,
 ``duplicate_custom_id`` and ``model_mismatch``, are settled by ``scan`` once every record has been read.
+
+The scan's fast path reads the ordinary record (``decode_ordinary``): its four fields, the few of the body the rules
+look at, and the prompt fields as raw bytes; the rest of the body is skipped. Skipping checks the syntax, the
+escapes and the nesting, but not two things the full parse refuses, so the scan checks those apart: invalid
+UTF-8 (a block or line that is ASCII has none) and numbers outside the float range (``NumberGate``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate
+from typing import Annotated, Any, Literal
 
 import msgspec
+import numpy as np
 import orjson
 
 from ..catalog import Catalog
 from .gojson import unmarshal_error_message
 from .tool_config import tool_config_problem
 
-__all__ = ["Verdict", "parse_line", "check_record", "carries_workflow", "cut_custom_id", "ParseFailure", "MAX_DEPTH"]
+__all__ = ["Verdict", "parse_line", "check_record", "carries_workflow", "cut_custom_id", "ParseFailure", "MAX_DEPTH",
+           "decode_ordinary", "decode_whole", "decode_prompt", "NumberGate"]
 
 CUSTOM_ID_LIMIT = 512  # bytes of the JSON-escaped custom_id shown back to the user
 MAX_DEPTH = 1024  # orjson's nesting limit: a record nested deeper is refused in Go's words for its own limit
@@ -59,6 +69,134 @@ def parse_line(raw: bytes) -> Any:
 
 
 _exact_decode = msgspec.json.Decoder().decode
+
+_UNSET = msgspec.UNSET
+_MaybeRaw = msgspec.Raw | msgspec.UnsetType
+_ordinary_decoders: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Callable[[bytes], Any]] = {}
+
+
+def decode_ordinary(endpoint: str, offered: Iterable[str], prompt_fields: tuple[str, ...] = ()
+                    ) -> Callable[[bytes], Any]:
+    """A decoder of the ordinary record of ``endpoint``, which passes every rule a record is judged on alone:
+    exactly its four fields, a non-empty ``custom_id``, ``POST``, the endpoint's url, and a body with an
+    ``offered`` model, no ``"stream": true``, no ``openrelay`` or ``tool_config``. The types say it all, so any
+    other record fails to decode (``msgspec.ValidationError``) and is left to the full rules. The body's
+    ``prompt_fields`` come as raw bytes; the rest of the body is skipped.
+
+    ``model`` comes back as the interned name: the same object for every record that names it."""
+    models = tuple(sorted(offered))
+    key = (endpoint, models, prompt_fields)
+    decode = _ordinary_decoders.get(key)
+    if decode is None:
+        if not models:
+            return _decode_nothing
+        body = msgspec.defstruct("OrdinaryBody", [
+            ("model", Literal[models]), ("stream", Literal[False] | None, None),
+            ("openrelay", msgspec.UnsetType, _UNSET), ("tool_config", msgspec.UnsetType, _UNSET),
+            *((name, _MaybeRaw, _UNSET) for name in prompt_fields)])
+        record = msgspec.defstruct("Ordinary", [
+            ("custom_id", Annotated[str, msgspec.Meta(min_length=1)]), ("method", Literal["POST"]),
+            ("url", Literal[endpoint]), ("body", body)], forbid_unknown_fields=True)
+        decode = _ordinary_decoders[key] = msgspec.json.Decoder(record).decode
+    return decode
+
+
+def _decode_nothing(raw: bytes) -> Any:
+    raise msgspec.ValidationError("no model is offered for this endpoint")
+
+
+class _Whole(msgspec.Struct, forbid_unknown_fields=True):
+    """The ordinary record read whole: every number and string of its body decoded, so checked."""
+
+    custom_id: str
+    method: str
+    url: str
+    body: dict[str, Any]
+
+
+class _PromptBody(msgspec.Struct):
+    messages: _MaybeRaw = _UNSET
+    prompt: _MaybeRaw = _UNSET
+    instructions: _MaybeRaw = _UNSET
+    input: _MaybeRaw = _UNSET
+
+
+class _PromptRecord(msgspec.Struct):
+    body: _PromptBody | None = None
+
+
+decode_whole = msgspec.json.Decoder(_Whole).decode
+_decode_prompt_record = msgspec.json.Decoder(_PromptRecord).decode
+
+
+def decode_prompt(raw: bytes, fields: tuple[str, ...]) -> bytes | None:
+    """The prompt material of a record's line (the raw bytes of ``fields`` of its body, in order), for a record
+    that is not ordinary; None when it has none or cannot be read this way."""
+    try:
+        body = _decode_prompt_record(raw).body
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if body is None:
+        return None
+    parts = [bytes(part) for part in (getattr(body, name) for name in fields) if part is not _UNSET]
+    return b"".join(parts) if parts else None
+
+
+class NumberGate:
+    """Which lines of a block could hold a number outside the float range, found for the whole block at once.
+
+    Such a number has at least 309 digits before its decimal point, counting its exponent: so either an exponent
+    of three digits or more (``1e400``, ``1.5E+999``, ``1e0400``), or, with at most two, a run of at least 210
+    digits. Every exponent follows a digit, so the gate looks for a digit, ``e`` or ``E``, an optional sign and
+    three digits; and for runs, at every 105th byte (a run of 210 covers two of them). What it finds is a line to
+    read whole; nothing else can hold such a number. Digits in strings are found too, costing a whole read.
+    """
+
+    _STRIDE = 105  # half the shortest run to find
+    _WINDOW = _STRIDE * 10_000  # bytes looked at per step, a multiple of the stride; scratch arrays this long
+    _OVERLAP = 256  # a window also looks this far into the next: a pattern or run that starts in it is seen
+    _PAD = b"\n" * 8  # so that the bytes after a candidate can be read without bounds checks
+
+    def __init__(self) -> None:
+        # Kept between blocks: fresh megabyte arrays would cost their page faults every block.
+        size = self._WINDOW + self._OVERLAP + len(self._PAD)
+        self._work = np.empty(size, np.uint8)
+        self._digit = np.empty(size, np.bool_)
+        self._digit_e = np.empty(size, np.bool_)
+
+    def suspects(self, block: list[bytes]) -> tuple[set[int], bool]:
+        """(indices of the lines of ``block`` to read whole, mostly none; whether the block is all ASCII)."""
+        joined = b"\n".join([*block, self._PAD])
+        found: list[int] = []
+        view = memoryview(joined)
+        for start in range(0, len(joined) - len(self._PAD), self._WINDOW):
+            window = view[start:start + self._WINDOW + self._OVERLAP + len(self._PAD)]
+            found.extend(start + position for position in self._positions(window))
+        if not found:
+            return set(), joined.isascii()
+        bounds = list(accumulate((len(line) + 1 for line in block), initial=0))
+        return {bisect_right(bounds, position) - 1 for position in found}, joined.isascii()
+
+    def _positions(self, window: memoryview) -> list[int]:
+        n = len(window)
+        data = np.frombuffer(window, np.uint8)
+        work, digit, digit_e = self._work[:n], self._digit[:n], self._digit_e[:n - 1]
+        np.less(np.subtract(data, 48, out=work), 10, out=digit)
+        np.equal(np.bitwise_or(data[1:], 32, out=work[:n - 1]), 101, out=digit_e)
+        np.logical_and(digit_e, digit[:-1], out=digit_e)  # a digit, then e or E
+        positions: list[int] = []
+        if digit_e.any():
+            found = np.flatnonzero(digit_e)
+            after = found + 2
+            after = after + ((data[after] == 43) | (data[after] == 45))
+            three = digit[after] & digit[after + 1] & digit[after + 2]
+            positions.extend(found[three].tolist())
+        sampled = digit[::self._STRIDE]
+        runs = np.flatnonzero(sampled[:-1] & sampled[1:])
+        if runs.size:
+            positions.extend((runs * self._STRIDE).tolist())
+        return positions
+
 
 
 def carries_workflow(record: Any) -> bool:

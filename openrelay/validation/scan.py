@@ -1,10 +1,12 @@
 """One streaming pass over a batch's input: whole-input refusals first, then every record's verdict.
 
-Memory holds one entry per record with a custom_id (to find duplicates and the batch's model) and the
-rejections; never the records themselves. The common record (well-formed, no extensions, an offered model) is
-accepted by an inlined fast path; anything else goes through ``check_record``, which decides the exact code.
-Inline requests arrive as the raw bytes of each element of ``requests``, so they are judged by the very same
-code as an input file's lines, with the same messages.
+Memory holds one entry per record with a custom_id (to find duplicates and the batch's model), the
+rejections and, when asked, what the dispatch order needs of each accepted record (``prefix.PrefixCollector``:
+its line, where its line lies in the stored input, its prompt's prefix hashes); never the records themselves.
+The common record (well-formed, no extensions, an offered model) is accepted by an inlined fast path; anything
+else goes through ``check_record``, which decides the exact code. Inline requests arrive as the raw bytes of
+each element of ``requests``, so they are judged by the very same code as an input file's lines, with the same
+messages.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, BinaryIO
 
 import msgspec
@@ -19,14 +22,24 @@ import orjson
 
 from ..catalog import Catalog
 from ..errors import InputRefused
+from ..prefix import LEVELS, PROMPT_FIELDS, PrefixCollector
 from ..types import Rejection
 from .lines import read_blocks
-from .records import ParseFailure, carries_workflow, check_record, cut_custom_id, parse_line
+from .records import (
+    NumberGate,
+    ParseFailure,
+    carries_workflow,
+    check_record,
+    cut_custom_id,
+    decode_ordinary,
+    decode_prompt,
+    decode_whole,
+    parse_line,
+)
 
 __all__ = ["ScanResult", "scan_records", "file_lines", "inline_lines"]
 
 DUPLICATE_MESSAGE = "custom_id appears more than once"
-_BODY_EXTRAS = frozenset(("openrelay", "tool_config"))  # any of these: the full rules decide
 _INLINE_BLOCK = 4096  # inline requests copied out of the request body per block
 
 
@@ -35,6 +48,7 @@ class ScanResult:
     total: int = 0
     model: str | None = None
     rejections: list[Rejection] = field(default_factory=list)
+    prefixes: PrefixCollector | None = None  # with ``collect_prefixes``: every accepted record, and some rejected
 
     @property
     def accepted(self) -> int:
@@ -60,75 +74,100 @@ class _NeedsFullPass(Exception):
     every record's line and model, which the quick pass does not keep."""
 
 
-def scan_records(source: Callable[[], Blocks], *, endpoint: str, catalog: Catalog, max_records: int) -> ScanResult:
+def scan_records(source: Callable[[], Blocks], *, endpoint: str, catalog: Catalog, max_records: int,
+                 collect_prefixes: bool = False) -> ScanResult:
     """Judge every record; raises InputRefused for workflow, too many records, or unreadable input.
 
     ``source`` opens the input afresh each call. The first pass keeps only the set of custom_ids; an input with
     a duplicate or a second model is read again by a pass that keeps each record's line and model.
+    ``collect_prefixes``: gather ``result.prefixes`` too, for the order records are dispatched in (an endpoint
+    without prompt fields has none); offsets count from the input's first line.
     """
+    fields = PROMPT_FIELDS.get(endpoint, ()) if collect_prefixes else ()
     # Neither pass creates reference cycles; without this, the cyclic collector re-walks the growing set and
     # list again and again (about a fifth of the create time at 50,000 records).
     paused = gc.isenabled()
     gc.disable()
     try:
         try:
-            return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, keep=False)
+            return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, keep=False,
+                         fields=fields)
         except _NeedsFullPass:
-            return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, keep=True)
+            return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, keep=True,
+                         fields=fields)
     finally:
         if paused:
             gc.enable()
 
 
-def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, keep: bool) -> ScanResult:
+def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, keep: bool,
+          fields: tuple[str, ...]) -> ScanResult:
     result = ScanResult()
     rejections = result.rejections
     pending: list[tuple[int, str, str | None, str | None, str | None]] = []
     seen: set[str] = set()
     duplicates: set[str] = set()
     offered = frozenset(name for name, spec in catalog.models.items() if endpoint in spec.endpoints)
+    gate = NumberGate()
+    decode = decode_ordinary(endpoint, offered, fields)
+    prefixes = result.prefixes = PrefixCollector() if fields else None
+    prompt_of = _prompt_reader(fields)
+    shortest = LEVELS[0]
+    # A line shorter than this cannot hold a prompt of ``shortest`` bytes: what surrounds it takes the rest.
+    long_line = shortest + len('{"custom_id":"","method":"POST","url":"","body":{"model":"",}}') + len(endpoint)
+    batch_model: str | None = None  # the first pass's: the model of every record it accepted
     total = 0
     for first, block in blocks:
+        suspects, ascii_block = gate.suspects(block) if total < max_records else (set(), True)
+        skipped: list[int] = []  # the block's lines that are not records that pass (mostly none)
+        ids: list[str] = []  # the first pass's custom_ids of the block's ordinary records
+        collected = len(prefixes) if prefixes is not None else 0
+        plain = ascii_block and not suspects  # every line of the block may take the fast path as it is
         for offset, raw in enumerate(block):
-            if not raw or raw.isspace():
-                continue
-            line = first + offset
-            total += 1
-            if total > max_records:
+            if total >= max_records:
                 # Past the cap only a workflow record can still change the answer: look for it cheaply. A key
                 # spelled with \u escapes hides the plain word, so such lines are parsed too.
-                if b"workflow" in raw or b"\\u" in raw:
-                    _refuse_if_workflow_line(line, raw)
+                if raw and not raw.isspace():
+                    total += 1
+                    if b"workflow" in raw or b"\\u" in raw:
+                        _refuse_if_workflow_line(first + offset, raw)
                 continue
-            # Fast path: msgspec decodes the record into a struct of its four fields, checking its syntax, its
-            # UTF-8 and every number's range; with the checks inlined, about 2.5x quicker than orjson and
-            # check_record.
-            try:
-                shape = _decode_shape(raw)
-            except (msgspec.DecodeError, RecursionError):
-                shape = None
-            fast: tuple[str, str] | None = None
-            if shape is not None and shape.custom_id and shape.method == "POST" and shape.url == endpoint:
-                body = shape.body
-                model = body.get("model")
-                if (type(model) is str and model in offered and body.get("stream") is not True
-                        and body.keys().isdisjoint(_BODY_EXTRAS)):
-                    fast = shape.custom_id, model
-            if fast is not None:
-                custom_id, model = fast
-                if custom_id in seen:
-                    if not keep:
-                        raise _NeedsFullPass
-                    duplicates.add(custom_id)
-                else:
-                    seen.add(custom_id)
-                if keep:
-                    pending.append((line, custom_id, None, None, model))
-                elif model != result.model:
-                    if result.model is not None:
-                        raise _NeedsFullPass
-                    result.model = model
+            # Fast path: msgspec decodes the record into a struct of its four fields and of the body's fields the
+            # rules need, skipping the rest (still checking its syntax). What skipping does not check, UTF-8 and
+            # the range of numbers, is checked for the whole block at once; a line that may hold a number out of
+            # range (records.NumberGate) is read whole first. A blank line fails to decode.
+            if plain or ((ascii_block or raw.isascii() or _is_utf8(raw))
+                         and not (offset in suspects and not _reads_whole(raw))):
+                try:
+                    shape = decode(raw)
+                except (msgspec.DecodeError, RecursionError):
+                    shape = None
+                if shape is not None:  # it passes every rule of its own (records.decode_ordinary)
+                    total += 1
+                    custom_id = shape.custom_id
+                    model = shape.body.model
+                    if keep:
+                        if custom_id in seen:
+                            duplicates.add(custom_id)
+                        else:
+                            seen.add(custom_id)
+                        pending.append((first + offset, custom_id, None, None, model))
+                    else:
+                        ids.append(custom_id)  # into ``seen`` at the block's end
+                        if model is not batch_model:  # the model names come interned
+                            if batch_model is not None:
+                                raise _NeedsFullPass
+                            batch_model = model
+                    if prompt_of is not None and len(raw) >= long_line:
+                        material = prompt_of(shape.body)
+                        if material is not _UNSET and len(material) >= shortest:
+                            prefixes.add_chain(collected + offset - len(skipped), material)  # type: ignore
+                    continue
+            if not raw or raw.isspace():
+                skipped.append(offset)
                 continue
+            total += 1
+            line = first + offset
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -136,12 +175,14 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                     record = parse_line(raw)
                 except ParseFailure as exc:
                     rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
+                    skipped.append(offset)
                     continue
             _refuse_if_workflow(line, record)
             verdict = check_record(record, endpoint=endpoint, catalog=catalog)
             if not verdict.custom_id:
                 rejections.append(Rejection(line=line, custom_id="", code=verdict.code or "",
                                             message=verdict.message or ""))
+                skipped.append(offset)
                 continue
             if verdict.custom_id in seen:
                 if not keep:
@@ -152,27 +193,62 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
             if verdict.code is None and not keep:
                 raise _NeedsFullPass  # an accepted record off the fast path: let the full pass place its model
             pending.append((line, verdict.custom_id, verdict.code, verdict.message, verdict.model))
+            if verdict.code is not None:
+                skipped.append(offset)
+            elif prefixes is not None:
+                material = decode_prompt(raw, fields)
+                if material is not None and len(material) >= shortest:
+                    prefixes.add_chain(collected + offset - len(skipped), material)
+        if ids:
+            known = len(seen)
+            seen.update(ids)
+            if len(seen) != known + len(ids):
+                raise _NeedsFullPass  # a custom_id seen before, or twice in the block
+        if prefixes is not None:
+            prefixes.add_block(first, block, skipped)
     result.total = total
     if total > max_records:
         raise InputRefused(f"the input has {total:,} records; a batch takes at most {max_records:,}",
                            code="input_too_large")
+    result.model = batch_model
     _settle(result, pending, duplicates)
     return result
 
 
-class _Shape(msgspec.Struct, forbid_unknown_fields=True):
-    """The ordinary record: exactly these four fields. Anything else is for the full rules to judge.
-
-    The body is decoded whole, not skipped: skipping would not read its numbers, and a ``1e400`` in it must be
-    refused here, since no engine can be sent it."""
-
-    custom_id: str
-    method: str
-    url: str
-    body: dict[str, Any]
+_UNSET = msgspec.UNSET
 
 
-_decode_shape = msgspec.json.Decoder(_Shape).decode
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _prompt_reader(fields: tuple[str, ...]) -> Callable[[Any], Any] | None:
+    """How the fast path takes a record's prompt material from its decoded body: the one field's raw bytes, or
+    the present fields' bytes joined; UNSET for none."""
+    if not fields:
+        return None
+    if len(fields) == 1:
+        return attrgetter(fields[0])  # the field's msgspec.Raw, or UNSET
+
+    def joined(body: Any) -> Any:
+        parts = [bytes(part) for part in (getattr(body, name) for name in fields) if part is not _UNSET]
+        return b"".join(parts) if parts else _UNSET
+
+    return joined
+
+
+def _reads_whole(raw: bytes) -> bool:
+    """Whether the ordinary record on a line the number gate picked can be read whole (every number decoded,
+    so checked). When not, the full rules say why."""
+    try:
+        decode_whole(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return True
 
 
 def _settle(result: ScanResult, pending: list[tuple[int, str, str | None, str | None, str | None]],
