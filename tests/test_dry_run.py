@@ -47,6 +47,7 @@ def test_dry_run_answers_what_the_create_would_and_stores_nothing(server):
         "min_cost_nano_usd": 2 * HELLO_TOKENS * STANDARD_IN,
         "max_cost_nano_usd": 2 * HELLO_TOKENS * STANDARD_IN + (50 + 4096) * STANDARD_OUT,
         "tokens_counted": "approximate",  # test/echo is a remote engine
+        "reusable_prefix_tokens": 0, "reusable_prefix_counted": "approximate",  # prompts too short to share
     }
     _nothing_stored(server)
     # The key was not claimed: a real create with it and another body is not idempotency_key_reused.

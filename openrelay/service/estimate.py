@@ -11,6 +11,11 @@ The estimate reads the records the create would accept once more (the rejected o
 - ``min_cost_nano_usd`` / ``max_cost_nano_usd``: the records billed at the batch's tier with no output tokens and
   with every record's most, each record rounded as the worker bills it. Records that fail bill nothing, so the
   real bill can be below the minimum.
+- ``reusable_prefix_tokens``: the input tokens an engine's prefix cache could serve from the prompt prefixes the
+  records share (``prefix.DispatchOrder.reusable_bytes``: every record of a group but its first finds the group's
+  prefix), always ``approximate`` (``reusable_prefix_counted``): the shared prefixes are measured in the prompts'
+  raw JSON bytes, at the levels the order groups by, and counted as the approximate rule counts text (4 bytes a
+  token). 0 for embeddings, or when the model does not group (``prefix_grouping = false``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = ["DEFAULT_MAX_TOKENS", "default_max_tokens", "output_limit", "estimate
 DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
 _LLAMA_MAX_TOKENS = 256  # engines/llama_local.py's default for an engine without max_tokens
 _LLAMA_N_CTX = 2048
+_BYTES_PER_TOKEN = 4  # the approximate rule's (engines.counting)
 
 _decode = msgspec.json.Decoder().decode
 
@@ -62,9 +68,12 @@ def estimate(rt: Runtime, *, source: Callable[[], Blocks], result: ScanResult, e
     """``openrelay.estimate`` of the records ``result`` accepted, read again from ``source``."""
     spec = rt.catalog.models.get(result.model or "")
     found = {"input_tokens": 0, "max_output_tokens": 0, "min_cost_nano_usd": 0, "max_cost_nano_usd": 0,
-             "tokens_counted": "exact"}
+             "tokens_counted": "exact", "reusable_prefix_tokens": 0, "reusable_prefix_counted": "approximate"}
     if spec is None:
         return found
+    if result.prefixes is not None and spec.prefix_grouping and result.prefixes.may_share():
+        order = result.prefixes.order(rejected=(r.line for r in result.rejections))
+        found["reusable_prefix_tokens"] = order.reusable_bytes() // _BYTES_PER_TOKEN
     counter = counter_for(spec)
     price = spec.price(rt.catalog.factor(priority))
     n_ctx = int(spec.engine.get("n_ctx", _LLAMA_N_CTX)) if spec.engine.get("kind") == "llama-cpp" else None
