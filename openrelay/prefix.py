@@ -131,6 +131,11 @@ class PrefixCollector:
     def __len__(self) -> int:
         return self._count
 
+    def nbytes(self) -> int:
+        """The bytes its columns hold."""
+        held = sum(column.nbytes for block in self._columns for column in block)
+        return held + sum(len(a) * a.itemsize for a in (self.chained, self.depths, self.crcs))
+
     def may_share(self) -> bool:
         """Whether two records at least are long enough to share a prefix (else the order is the input's)."""
         return len(self.chained) >= 2

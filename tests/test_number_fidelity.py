@@ -31,3 +31,23 @@ def test_body_values_reach_the_engine_exactly(server, engine, how):
     assert server.wait(created.json()["id"])["request_counts"]["completed"] == 1
     (request,) = engine.requests()
     assert request["raw"] == SENT
+
+
+LONG_SYSTEM = "Answer in one line, exactly as the figures are written. " * 8  # records share it: a dispatch order
+
+
+def test_body_values_reach_the_engine_exactly_through_the_dispatch_order(server, engine):
+    """The same, for records the create gave a dispatch order (the worker reads each one back by its range)."""
+    grouped = BODY.replace('"messages":[', '"messages":[{"role":"system","content":"' + LONG_SYSTEM + '"},', 1)
+    lines = [RECORD.replace('"n1"', f'"n{i}"').replace(BODY, grouped) for i in range(3)]
+    up = server.http("POST", "/files", files={"file": ("in.jsonl", "\n".join(lines).encode())},
+                     data={"purpose": "batch"})
+    assert up.status_code == 200, up.text
+    created = server.http("POST", "/batches", json={"endpoint": "/v1/chat/completions", "completion_window": "24h",
+                                                    "input_file_id": up.json()["id"]})
+    assert created.status_code == 200, created.text
+    batch_id = created.json()["id"]
+    assert (server.data_dir / "blobs" / "batches" / batch_id / "dispatch.bin").exists()
+    assert server.wait(batch_id)["request_counts"]["completed"] == 3
+    sent = SENT.replace('"messages":[', '"messages":[{"role":"system","content":"' + LONG_SYSTEM + '"},', 1)
+    assert [request["raw"] for request in engine.requests()] == [sent] * 3

@@ -106,11 +106,33 @@ EDGE_LINES = [
     b"nope",
     b"[1, 2]",
     orjson.dumps({"custom_id": "no-body", "method": "POST", "url": EP}),
+    # What skipping does not check, the scan checks apart (records.NumberGate, UTF-8): numbers out of range
+    # anywhere, in the prompt too, written every way; big integers and such digits in strings pass.
+    orjson.dumps(record("exp-body", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":1e400'),
+    orjson.dumps(record("exp-prompt")).replace(b'"content":"hi"', b'"content":"hi","n":[-1.5E+999]'),
+    orjson.dumps(record("exp-zeros", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":1e0400'),
+    orjson.dumps(record("long-mantissa", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":' + b"1" * 250
+                                                               + b"e80"),
+    orjson.dumps(record("long-fraction", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":1' + b"0" * 400
+                                                               + b".5"),
+    orjson.dumps(record("tiny", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":1e-400'),
+    orjson.dumps(record("big-int", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":' + b"9" * 400),
+    orjson.dumps(record("largest", max_tokens=1)).replace(b'"max_tokens":1', b'"max_tokens":1.7976931348623157e308'),
+    orjson.dumps(record("in-string", messages=[{"role": "user", "content": "1e400 and " + "7" * 400}])),
+    orjson.dumps(record("badutf8-prompt")).replace(b'"content":"hi"', b'"content":"h\xffi"'),
+    orjson.dumps(record("stream-zero", stream=0)),
+    orjson.dumps(record("stream-null", stream=None)),
+    orjson.dumps(record("model-null", model=None)),
+    orjson.dumps(record("method-lower")).replace(b'"POST"', b'"post"'),
+    orjson.dumps({**record("tc-top"), "tool_config": {}}),
 ]
 
 
 def test_edge_lines_judged_as_the_full_rules_judge_them(tmp_path):
     assert scanned(EDGE_LINES, tmp_path) == reference(EDGE_LINES)
+
+
+NUMBER_TOKENS = [b"1e400", b"-1e309", b"2E+308", b"1e-400", b"9" * 330, b"1" + b"0" * 300 + b"e9", b"3.5e99", b"0"]
 
 
 def test_generated_variations_match_the_full_rules(tmp_path):
@@ -133,6 +155,10 @@ def test_generated_variations_match_the_full_rules(tmp_path):
             if rng.random() < 0.05:
                 del rec[rng.choice(["custom_id", "method", "url", "body"])]
             raw = orjson.dumps(rec)
+            if rng.random() < 0.1:  # a number token somewhere in the body or inside its messages
+                where = rng.choice([b'"model":', b'"role":'])
+                if where in raw:
+                    raw = raw.replace(where, b'"x":' + rng.choice(NUMBER_TOKENS) + b"," + where, 1)
             if rng.random() < 0.05:
                 raw = raw[: rng.randrange(len(raw))]
             lines.append(raw if rng.random() > 0.05 else b"")
