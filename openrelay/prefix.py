@@ -16,6 +16,8 @@ import struct
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, repeat
+from operator import getitem
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
@@ -36,7 +38,7 @@ _BLOCK = 4096  # entries read at a time
 _ENTRY_DTYPE = np.dtype([("line", "<u4"), ("offset", "<u8"), ("length", "<u4"), ("group", "<u8"),
                          ("shared_bytes", "<u4")])  # ENTRY's layout, packed
 _SHARED_BYTES = np.array((0, *LEVELS), np.uint32)  # by the number of levels a record shares
-_BLOCKS = tuple(slice(start, end) for start, end in zip((0, 128, *LEVELS[:-1]), (128, *LEVELS), strict=True))
+_EDGES = np.array((0, LEVELS[0] // 2, *LEVELS), np.int64)  # a prompt's blocks: the first 128 bytes, then a level's
 
 
 class DispatchEntry(NamedTuple):
@@ -52,7 +54,7 @@ def prefix_chain(material: bytes | memoryview) -> list[int]:
     of one record)."""
     collector = PrefixCollector()
     if len(material) >= LEVELS[0]:
-        collector.add_chain(0, material)
+        collector.add_chains([0], [material])
     return chain_hashes(collector.depths, collector.crcs).tolist()
 
 
@@ -120,13 +122,21 @@ class PrefixCollector:
         self._columns.append((lines, offsets, lengths))
         self._count += len(lines)
 
-    def add_chain(self, index: int, material: bytes | memoryview) -> None:
-        """Give record ``index`` (added by ``add_block``, or about to be) the chain of its prompt material, which
-        is at least ``LEVELS[0]`` bytes long: the CRC-32 of each of its blocks (``chain_hashes``)."""
-        depth = min(len(material).bit_length() - 8, len(LEVELS))  # the levels it is long enough to have
-        self.chained.append(index)
-        self.depths.append(depth)
-        self.crcs.extend(map(zlib.crc32, map(memoryview(material).__getitem__, _BLOCKS[:depth + 1])))
+    def add_chains(self, indices: Sequence[int], materials: Sequence[bytes | memoryview]) -> None:
+        """Give records ``indices`` (added by ``add_block``, or about to be) the chains of their prompt materials,
+        each at least ``LEVELS[0]`` bytes long: the CRC-32 of each block of it (``chain_hashes``). A block of
+        records at a time, so that the per-record work is C's (maps), not Python's."""
+        if not indices:
+            return
+        sizes = np.array(list(map(len, materials)), np.int64)
+        depths = np.minimum(np.searchsorted(_EDGES, sizes, side="right") - 2, len(LEVELS))  # the levels each has
+        blocks = depths + 1
+        place = np.arange(int(blocks.sum())) - np.repeat(np.cumsum(blocks) - blocks, blocks)
+        views = chain.from_iterable(map(repeat, map(memoryview, materials), blocks.tolist()))
+        spans = map(slice, _EDGES[place].tolist(), _EDGES[place + 1].tolist())
+        self.crcs.extend(map(zlib.crc32, map(getitem, views, spans)))
+        self.chained.extend(indices)
+        self.depths.extend(depths.tolist())
 
     def __len__(self) -> int:
         return self._count

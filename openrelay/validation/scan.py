@@ -122,6 +122,8 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
         skipped: list[int] = []  # the block's lines that are not records that pass (mostly none)
         ids: list[str] = []  # the first pass's custom_ids of the block's ordinary records
         collected = len(prefixes) if prefixes is not None else 0
+        chained: list[int] = []  # the block's records with a prompt long enough to hash, and their prompts
+        prompts: list[Any] = []
         plain = ascii_block and not suspects  # every line of the block may take the fast path as it is
         for offset, raw in enumerate(block):
             if total >= max_records:
@@ -161,7 +163,8 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                     if prompt_of is not None and len(raw) >= long_line:
                         material = prompt_of(shape.body)
                         if material is not _UNSET and len(material) >= shortest:
-                            prefixes.add_chain(collected + offset - len(skipped), material)  # type: ignore
+                            chained.append(collected + offset - len(skipped))
+                            prompts.append(material)
                     continue
             if not raw or raw.isspace():
                 skipped.append(offset)
@@ -198,7 +201,8 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
             elif prefixes is not None:
                 material = decode_prompt(raw, fields)
                 if material is not None and len(material) >= shortest:
-                    prefixes.add_chain(collected + offset - len(skipped), material)
+                    chained.append(collected + offset - len(skipped))
+                    prompts.append(material)
         if ids:
             known = len(seen)
             seen.update(ids)
@@ -206,6 +210,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                 raise _NeedsFullPass  # a custom_id seen before, or twice in the block
         if prefixes is not None:
             prefixes.add_block(first, block, skipped)
+            prefixes.add_chains(chained, prompts)
     result.total = total
     if total > max_records:
         raise InputRefused(f"the input has {total:,} records; a batch takes at most {max_records:,}",
