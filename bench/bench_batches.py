@@ -6,7 +6,8 @@ through a running batch vs a direct asyncio client against the same zero-latency
 
 The create is timed on two workloads: ``plain`` (short records, each prompt its own) and ``shared`` (records that
 open with one of a few long system prompts, shuffled, as a batch of evaluations or extractions does: the prefix
-grouping's work, issue 20).
+grouping's work, issue 20), each on a server of its own started with ``--no-worker`` (no run of an earlier batch
+competes with the creates), over one kept-alive connection.
 
 Every figure is measured in this run against a baseline measured in the same run; nothing is timed in tests.
 """
