@@ -95,7 +95,8 @@ class PrefixCollector:
     """What the order needs of each record, gathered during the create's scan in compact arrays (never a body):
     its line, the offset of its line in the input (counted from the first line: ``DispatchOrder.encoded`` adds
     what precedes it), the line's length, and its prefix chain. Records with prompts shorter than a level have
-    none, so chains are kept for the records that have one only (``chained``, ``depths`` hashes each)."""
+    none, so chains are kept for the records that have one only: ``chained``, with their ``depths`` and the CRCs
+    of their prompts' blocks (``crcs``), hashed only when the order is made (``chain_hashes``)."""
 
     __slots__ = ("_columns", "_count", "_consumed", "chained", "depths", "crcs")
 
