@@ -63,6 +63,7 @@ def test_shared_prefixes_go_out_back_to_back_largest_group_first(make_server, en
     assert batch["status"] == "completed" and batch["request_counts"]["completed"] == sum(sizes)
     order = [document_of(r) for r in engine.requests()]
     assert runs(order) == [(1, 7), (2, 5), (0, 3), (3, 2)]
+    assert not (server.data_dir / "blobs" / "batches" / batch["id"] / "dispatch.bin").exists()  # ended: order gone
 
 
 def test_inline_requests_are_grouped_too(make_server, engine):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..blobs.keys import chunks_folder, error_key, output_key, tail_key
+from ..blobs.keys import chunks_folder, dispatch_order_key, error_key, output_key, tail_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
 from ..store.results import LeaseLost, ResultFile
@@ -57,6 +57,9 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
         size = rt.blobs.compose(error_key(batch.id), sources)
         error = ResultFile(file_id=error_file_id(batch.id), blob_key=error_key(batch.id), size=size,
                            filename=f"{batch.id}_error.jsonl")
+    # Only a run reads the dispatch order. Gone before the batch ends, so no poll sees an ended batch with it; a run
+    # that resumes the batch after all (this settle loses its lease) sends the rest in input order.
+    rt.blobs.delete(dispatch_order_key(batch.id))
     rt.results.settle(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
                       unrun=unrun, errors=errors)
     # Every chunk is in the result files now. The folder also holds any chunk a run wrote but never committed
