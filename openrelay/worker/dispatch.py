@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..blobs.base import BlobMissing, BlobStore
@@ -34,7 +34,14 @@ Pending = tuple[int, "dict[str, Any] | Unreadable", int]  # (line, record, prefi
 
 _WINDOW_RECORDS = 64  # bodies fetched in one range read, at most ...
 _WINDOW_BYTES = 4 << 20  # ... and this many bytes of them (one record more when a single one is larger)
-_MAX_WARMING = 4  # groups of one run whose leader is out at once (more would push each other out of a small cache)
+# Groups of one run whose leader is out at once: a quarter of the requests the run may have in flight, 1 to 4. More
+# would push each other out of a small cache (bench_scheduling at 16 lanes: 4 best, 8 worse); with 2 lanes on an
+# engine of 2 slots, a second group warming takes the slot the first group's records need.
+_MAX_WARMING = 4
+
+
+def warming_allowed(in_flight: int) -> int:
+    return max(1, min(_MAX_WARMING, in_flight // 4))
 _WARM_KEPT = 4096  # groups a process remembers as warm, per model (the oldest forgotten first)
 
 
@@ -74,13 +81,14 @@ class DispatchQueue:
     each record's end (``done``), which lets a warmed group's other records go."""
 
     def __init__(self, blobs: BlobStore, batch: Batch, skip: set[int], max_line_bytes: int, *, grouping: bool,
-                 groups: ModelGroups | None = None) -> None:
+                 groups: ModelGroups | None = None, in_flight: Callable[[], int]) -> None:
         self.blobs = blobs
         self.batch = batch
         self.skip = skip
         self.max_line_bytes = max_line_bytes
         self.grouping = grouping
         self.groups = groups or ModelGroups()
+        self.in_flight = in_flight  # how many requests the run may have out now (its concurrency, or the limit)
         self._lock = asyncio.Lock()
         self._released = asyncio.Event()
         self._ready: list[Pending] = []  # fetched bodies, the next one last
@@ -110,7 +118,7 @@ class DispatchQueue:
                 if self._open:
                     await self._fetch(self._window())
                     break
-                run = self._next_run_index() if len(self._parked) < _MAX_WARMING else None
+                run = self._next_run_index() if len(self._parked) < warming_allowed(self.in_flight()) else None
                 if run is not None:
                     start, end = self._take_run(run)
                     group = self._groups[start]

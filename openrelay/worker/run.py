@@ -112,7 +112,7 @@ class BatchRun:
         once a second; a failed write is tried at the next change."""
         shown: int | None = None
         while True:
-            limit = self.gate.limit if self.spec.adaptive else self.spec.concurrency
+            limit = self._concurrency_now()
             if limit != shown:
                 try:
                     await asyncio.to_thread(self.rt.batches.set_concurrency_limit, self.batch.id, self.worker_id,
@@ -121,6 +121,9 @@ class BatchRun:
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
             await asyncio.sleep(max(1.0, self.settings.tick_seconds))
+
+    def _concurrency_now(self) -> int:
+        return self.gate.limit if self.spec.adaptive else self.spec.concurrency
 
     def _settle(self) -> None:
         """The terminal status, from the store's counts after the last write."""
@@ -156,7 +159,7 @@ class BatchRun:
         to back); each lane runs one record at a time. This keeps exactly that many requests in flight with no
         task or semaphore per record (with ``concurrency = "auto"``, as many as the engine's limiter lets go)."""
         queue = DispatchQueue(self.rt.blobs, self.batch, skip, self.settings.max_line_bytes,
-                              grouping=self.spec.prefix_grouping, groups=self.groups)
+                              grouping=self.spec.prefix_grouping, groups=self.groups, in_flight=self._concurrency_now)
         try:
             first = await queue.take()
             if first is None:
