@@ -8,20 +8,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..catalog import Catalog
+from ..egress import blocked_address
 
-__all__ = ["tool_config_problem", "blocked_address", "MAX_ROUNDS_LIMIT", "DEFAULT_MAX_ROUNDS", "TOOL_ENDPOINTS"]
+__all__ = ["tool_config_problem", "MAX_ROUNDS_LIMIT", "DEFAULT_MAX_ROUNDS", "TOOL_ENDPOINTS"]
 
 DEFAULT_MAX_ROUNDS = 8
 MAX_ROUNDS_LIMIT = 16
 _SERVER_KEYS = {"url", "headers", "allowed_tools"}
 TOOL_ENDPOINTS = ("/v1/chat/completions", "/v1/responses")  # the endpoints whose models call tools
-# Link-local (IPv4 and IPv6) and the cloud metadata addresses: never a tool server, whatever the allow-list says.
-# 169.254.169.254 serves AWS, GCP, Azure and Oracle; fd00:ec2::254 is AWS's IPv6 one, fd20:ce::254 GCP's,
-# 100.100.100.200 Alibaba's, 168.63.129.16 Azure's host agent (WireServer).
-_BLOCKED_NETS = tuple(ipaddress.ip_network(net) for net in (
-    "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "fd20:ce::254/128", "100.100.100.200/32",
-    "168.63.129.16/32"))
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known NAT64 prefix: its last 32 bits are an IPv4 address
 # A header name is an RFC 7230 token; a value, visible ASCII, spaces and tabs (anything else breaks the request).
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
@@ -100,30 +94,9 @@ def _headers_problem(headers: Any) -> str | None:
     return None
 
 
-def blocked_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """Whether ``address`` is link-local or a metadata address, also when an IPv6 address carries it as an
-    IPv4 one (``carried_address``)."""
-    address = carried_address(address)
-    return any(address in net for net in _BLOCKED_NETS)
-
-
-def carried_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-                    ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """The IPv4 address an IPv6 one carries, IPv4-mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::a.b.c.d``) or
-    6to4 (``2002:aabb:ccdd::``), since that is where it leads; else ``address`` itself."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address.sixtofour is not None:
-            return address.sixtofour
-        if address in _NAT64:
-            return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
-    return address
-
-
 def _blocked_host(host: str) -> bool:
     """A literal address is judged here; a host name (or an odd numeric spelling) when the record runs, after
-    it is resolved: what a name points at can change between create and run."""
+    it is resolved: what a name points at can change between create and run (``egress``)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

@@ -17,7 +17,7 @@ from ..catalog import Catalog
 from ..config import Settings
 from ..metrics import WEBHOOK_ATTEMPTS
 from ..store.webhooks import DELIVERED, DueDelivery, WebhookStore
-from ..worker.tool_http import BlockedAddress
+from ..egress import BlockedAddress
 from .network import webhook_client
 from .signing import signed_headers
 

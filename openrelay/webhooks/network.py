@@ -1,4 +1,4 @@
-"""Where a webhook may be sent: the same network safety as tool servers (``worker/tool_http.py``).
+"""Where a webhook may be sent: the same network safety as tool servers (``egress.py``).
 
 Never to a link-local or cloud metadata address. To a loopback or private address (anything not globally
 routable) only when an entry of the catalog's ``[webhooks] allow`` covers the endpoint's URL, matched as
@@ -18,9 +18,8 @@ import ipaddress
 import httpx2
 
 from ..catalog import Catalog
+from ..egress import IpAddress, blocked_address, carried_address, checked_client
 from ..urls import UrlRefused, normalized_http_url
-from ..validation.tool_config import blocked_address, carried_address
-from ..worker.tool_http import IpAddress, checked_client
 
 __all__ = ["MAX_URL_LENGTH", "address_refusal", "webhook_url_problem", "webhook_client"]
 

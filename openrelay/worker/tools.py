@@ -40,9 +40,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, Tool
 
 from ..catalog import Catalog, ToolLimits
+from ..egress import BlockedAddress, checked_client
 from ..engines.base import EngineReply
 from ..validation.tool_config import DEFAULT_MAX_ROUNDS
-from .tool_http import BlockedAddress, checked_client
 from .tool_shapes import ToolCall, ToolShape, shape_for
 
 __all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop"]

@@ -1,5 +1,5 @@
-"""HTTP clients for tool servers that never reach a link-local or cloud metadata address, nor a URL outside the
-operator's allow-list.
+"""The outbound-network guard: HTTP clients for tool servers and webhook endpoints that never reach a link-local or
+cloud metadata address, nor a URL outside the allow-list they are given.
 
 The address check is made by the connection itself: it resolves the host, refuses it if any address it resolves
 to is blocked, and connects to an address it checked. A separate check before connecting would leave a gap: a
@@ -23,12 +23,39 @@ import anyio
 import httpcore2
 import httpx2
 
-from ..validation.tool_config import blocked_address
-
-__all__ = ["BlockedAddress", "checked_client", "link_local_or_metadata"]
+__all__ = ["IpAddress", "BlockedAddress", "blocked_address", "carried_address", "checked_client",
+           "link_local_or_metadata"]
 
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Link-local (IPv4 and IPv6) and the cloud metadata addresses: never reached, whatever an allow-list says.
+# 169.254.169.254 serves AWS, GCP, Azure and Oracle; fd00:ec2::254 is AWS's IPv6 one, fd20:ce::254 GCP's,
+# 100.100.100.200 Alibaba's, 168.63.129.16 Azure's host agent (WireServer).
+_BLOCKED_NETS = tuple(ipaddress.ip_network(net) for net in (
+    "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "fd20:ce::254/128", "100.100.100.200/32",
+    "168.63.129.16/32"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known NAT64 prefix: its last 32 bits are an IPv4 address
+
+
+def blocked_address(address: IpAddress) -> bool:
+    """Whether ``address`` is link-local or a metadata address, also when an IPv6 address carries it as an
+    IPv4 one (``carried_address``)."""
+    address = carried_address(address)
+    return any(address in net for net in _BLOCKED_NETS)
+
+
+def carried_address(address: IpAddress) -> IpAddress:
+    """The IPv4 address an IPv6 one carries, IPv4-mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::a.b.c.d``) or
+    6to4 (``2002:aabb:ccdd::``), since that is where it leads; else ``address`` itself."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return address
 
 
 def link_local_or_metadata(address: IpAddress) -> str | None:
@@ -48,7 +75,8 @@ def checked_client(headers: dict[str, str], timeout: httpx2.Timeout, url_allowed
 
 class BlockedAddress(OSError):
     """A request the client will not send: its host resolved to an address the client refuses (link-local or
-    metadata), or its URL is outside the allow-list. ``str()`` completes "tool server URL ..."."""
+    metadata, or an address the webhook's rule refuses), or its URL is outside the allow-list. ``str()`` completes
+    "tool server URL ..." or "the endpoint's host ..."."""
 
 
 class _CheckedBackend(httpcore2.AsyncNetworkBackend):
