@@ -20,6 +20,7 @@ from .api.app import create_app
 from .api.http_protocol import limited_http_protocol
 from .config import Settings
 from .runtime import Runtime, open_runtime
+from .webhooks.delivery import WebhookDelivery
 from .worker.worker import Worker
 
 __all__ = ["serve", "run_worker", "bootstrap"]
@@ -52,7 +53,7 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         _freeze_startup_objects()
-        task = asyncio.create_task(worker.run_forever()) if worker else None
+        task = asyncio.create_task(_worker_and_deliveries(rt, worker)) if worker else None
         try:
             yield
         finally:
@@ -82,12 +83,20 @@ def run_worker(settings: Settings) -> None:
             # in flight, make it durable, hand the batches back.
             loop.add_signal_handler(signum, worker.request_stop)
         try:
-            await worker.run_forever()
+            await _worker_and_deliveries(rt, worker)
         finally:
             await worker.stop()
             rt.close()
 
     asyncio.run(main())
+
+
+async def _worker_and_deliveries(rt: Runtime, worker: Worker) -> None:
+    """The worker's loop and, beside its batches, the webhook delivery loop (``webhooks/delivery.py``), until the
+    worker is told to stop. The delivery in flight then ends within the webhook timeout; an unfinished one is
+    resent."""
+    deliveries = WebhookDelivery(rt.webhooks, rt.catalog, rt.settings)
+    await asyncio.gather(worker.run_forever(), deliveries.run_forever(worker.stopping))
 
 
 def _freeze_startup_objects() -> None:

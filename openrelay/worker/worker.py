@@ -16,7 +16,6 @@ from ..engines.factory import build_replicas
 from ..runtime import Runtime
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
-from ..webhooks.delivery import WebhookDelivery
 from .dispatch import ModelGroups
 from .finalize import end_failed_batch, settle_batch
 from .gate import EngineGate
@@ -57,9 +56,6 @@ class Worker:
 
     async def run_forever(self) -> None:
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.slots)) or "(no models)")
-        # Webhook events go out beside the batches until the same stop (openrelay/webhooks/delivery.py).
-        deliveries = asyncio.create_task(
-            WebhookDelivery(self.rt.webhooks, self.rt.catalog, self.rt.settings).run_forever(self._stop))
         while not self._stop.is_set():
             try:
                 await self.tick()
@@ -69,7 +65,6 @@ class Worker:
                 await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.tick_seconds)
             except TimeoutError:
                 pass
-        await deliveries  # its attempt in flight ends within the webhook timeout; an unfinished one is resent
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.rt.batches.promote_validated)
@@ -114,7 +109,7 @@ class Worker:
             end_failed_batch(self.rt, self.worker_id, batch,
                              f"the batch could not be run ({failures} attempts); the last error: {why}")
             return
-        delay = min(settings.run_retry_max_seconds, settings.run_retry_base_seconds * 2 ** (failures - 1))
+        delay = Backoff(base=settings.run_retry_base_seconds, cap=settings.run_retry_max_seconds).delay(failures)
         self.rt.batches.retry_later(batch.id, self.worker_id, failures=failures, delay=delay)
 
     async def _act(self, batch: Batch) -> None:
@@ -133,6 +128,11 @@ class Worker:
             gate = self.gate(batch.model)
             await BatchRun(self.rt, self.worker_id, batch, spec, gate, draining=lambda: self.draining,
                            groups=self._groups[batch.model]).run()
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set once the worker is told to stop: what runs beside it (the webhook deliveries, ``server.py``) stops with it."""
+        return self._stop
 
     def request_stop(self) -> None:
         """Stop claiming (``run_forever`` returns); ``stop`` then drains."""
