@@ -44,6 +44,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import Connection
 
+from ..backoff import Backoff
 from ..metrics import POLL_READS
 
 __all__ = ["KeptRows", "ReadCache", "CHANNEL", "Token", "POLL_KEPT", "POLL_SERVER", "create_change_trigger"]
@@ -53,7 +54,7 @@ log = logging.getLogger("openrelay.store")
 CHANNEL = "openrelay_batches"
 PROBE_SECONDS = 5.0  # a listener whose own notice has not come back within this long is taken as down
 _PROBE = " probe "  # starts a probe's payload; no organization id holds a space
-_RETRY_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 30.0)
+_RELISTEN = Backoff(base=0.1, cap=30.0)  # the wait before listening again: 0.1 s after a listen that heard, doubling
 _MOST_ORGS = 100_000
 LONGEST_PARAMETER = 600  # characters: an id, a tag (at most 512), a model name; a longer one is kept by no read
 POLL_KEPT, POLL_SERVER = POLL_READS.labels("kept"), POLL_READS.labels("server")
@@ -190,7 +191,7 @@ class ReadCache:
                             "server. Behind a pooler in transaction mode, set OPENRELAY_POLL_CACHE=0",
                             PROBE_SECONDS)
             attempt = 0 if outcome == "heard" else attempt + 1
-            await asyncio.sleep(_RETRY_SECONDS[min(attempt, len(_RETRY_SECONDS) - 1)])
+            await asyncio.sleep(_RELISTEN.delay(attempt + 1))
 
     async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Take notices on ``conn`` until it fails or stops hearing its own probes; whether it ever heard one.

@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from ..backoff import Backoff
 from ..catalog import Catalog
 from ..config import Settings
 from ..metrics import WEBHOOK_ATTEMPTS
@@ -21,7 +22,7 @@ from ..egress import BlockedAddress
 from .network import webhook_client
 from .signing import signed_headers
 
-__all__ = ["WebhookDelivery", "Attempt", "retry_delay"]
+__all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "retry_delay"]
 
 log = logging.getLogger("openrelay.webhooks")
 
@@ -45,9 +46,16 @@ class Attempt:
                 "delivery_state": self.state}
 
 
+def retry_backoff(settings: Settings) -> Backoff:
+    """The waits after failed attempts: the base, doubling, capped, each stretched by up to a quarter (never past
+    the cap), so that the events of a receiver that went down are not all retried in the same instant."""
+    return Backoff(base=settings.webhook_retry_base_seconds, cap=settings.webhook_retry_max_seconds,
+                   jitter=(1.0, 1.25))
+
+
 def retry_delay(settings: Settings, attempt: int) -> float:
-    """The wait after failed attempt number ``attempt`` (1 for the first): the base, doubling, capped."""
-    return min(settings.webhook_retry_max_seconds, settings.webhook_retry_base_seconds * 2 ** (attempt - 1))
+    """The wait after failed attempt number ``attempt`` (1 for the first) before its jitter: the least it waits."""
+    return retry_backoff(settings).nominal(attempt)
 
 
 class WebhookDelivery:
@@ -91,7 +99,7 @@ class WebhookDelivery:
         duration_ms = int((time.monotonic() - started) * 1000)
         state = await asyncio.to_thread(
             self.store.record_attempt, due, outcome=outcome, status_code=status_code, error=error,
-            duration_ms=duration_ms, retry_in=retry_delay(self.settings, due.attempt) if retry else None,
+            duration_ms=duration_ms, retry_in=retry_backoff(self.settings).delay(due.attempt) if retry else None,
             give_up_after=self.settings.webhook_give_up_seconds)
         WEBHOOK_ATTEMPTS.labels(outcome).inc()
         if outcome != DELIVERED:

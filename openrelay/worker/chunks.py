@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..backoff import Backoff
 from ..blobs.keys import chunk_key
 from ..metrics import RECORDS
 from ..runtime import Runtime
@@ -57,6 +58,8 @@ class ChunkWriter:
         self._room = asyncio.Event()
         self._room.set()
         self._closing = False
+        # The first retry of a failed write waits two flush intervals, the next four, up to the store's cap.
+        self._write_retries = Backoff(base=2 * self.settings.flush_seconds, cap=self.settings.store_retry_max_seconds)
 
     # -- the lanes' side ---------------------------------------------------------------------------------------
 
@@ -118,7 +121,7 @@ class ChunkWriter:
             failures += 1
             if lost():
                 raise LeaseLost(f"batch {self.batch.id}: results could not be written before the lease lapsed")
-            delay = min(self.settings.store_retry_max_seconds, self.settings.flush_seconds * 2 ** failures)
+            delay = self._write_retries.delay(failures)
 
     async def _write_next(self) -> bool:
         """Write the unwritten chunk, else the pending records as a new one. False when the write failed."""

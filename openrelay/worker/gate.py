@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from ..backoff import Backoff
 from ..config import Settings
 from ..engines.base import EngineReply
 from ..metrics import ENGINE_RETRIES
@@ -58,6 +58,8 @@ class EngineGate:
         self.replicas = tuple(replicas)
         self.settings = settings
         self.adaptive = adaptive
+        # Records that failed together (an engine that stumbled) retry spread over the lower half of the wait.
+        self._retries = Backoff(base=settings.retry_base_seconds, cap=settings.retry_max_seconds, jitter=(0.5, 1.0))
 
     @property
     def is_open(self) -> bool:
@@ -125,8 +127,7 @@ class EngineGate:
                 replica.failing -= 1
 
     def _retry_delay(self, attempt: int) -> float:
-        delay = min(self.settings.retry_max_seconds, self.settings.retry_base_seconds * 2 ** (attempt - 1))
-        return delay * random.uniform(0.5, 1.0)
+        return self._retries.delay(attempt)
 
     async def _pick(self, group: int, stop_reason: Callable[[], StopReason | None],
                     avoid: Replica | None) -> Replica:

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any, Literal
 
+from ..backoff import Backoff
 from ..config import Settings
 from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
 from ..metrics import ENGINE_CONCURRENCY_LIMIT, ENGINE_IN_FLIGHT, ENGINE_UP
@@ -45,7 +46,8 @@ class Replica:
         self.reason: Outage = "down"
         self._open = asyncio.Event()
         self._open.set()
-        self._backoff = settings.outage_base_seconds
+        self._probes = Backoff(base=settings.outage_base_seconds, cap=settings.outage_max_seconds)
+        self._probe_rounds = 0  # waits for a probe since a call here last got an answer (the backoff grows)
         self._prober: asyncio.Task[None] | None = None
         self._checking: asyncio.Task[None] | None = None
         self._seed = hashlib.blake2b(name.encode(), digest_size=8).digest()
@@ -110,7 +112,7 @@ class Replica:
     def answered(self, sent: float) -> None:
         """A call sent at ``sent`` got an answer that is not a failure."""
         self.last_ok_sent = max(self.last_ok_sent, sent)
-        self._backoff = self.settings.outage_base_seconds
+        self._probe_rounds = 0
 
     def suspect(self) -> None:
         """A call got no answer or a 5xx: probe once now, so a replica that died leaves rotation at once and
@@ -149,8 +151,8 @@ class Replica:
     async def _probe_until_up(self) -> None:
         started = time.monotonic()
         while True:
-            await asyncio.sleep(self._backoff)
-            self._backoff = min(self._backoff * 2, self.settings.outage_max_seconds)
+            self._probe_rounds += 1
+            await asyncio.sleep(self._probes.delay(self._probe_rounds))
             if await self.engine.healthy():
                 break
         log.info("engine of %s at %s answers again after %.1f s: back in rotation", self.model, self.name,

@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 
+from ..backoff import Backoff
 from ..catalog import ModelSpec
 from ..engines.factory import build_replicas
 from ..runtime import Runtime
