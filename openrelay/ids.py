@@ -5,8 +5,9 @@ from __future__ import annotations
 import secrets
 import time
 
-__all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "now", "now_ns",
-           "output_file_id", "error_file_id"]
+__all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "new_webhook_endpoint_id",
+           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "now", "now_ns", "output_file_id",
+           "error_file_id"]
 
 
 def new_batch_id() -> str:
@@ -27,6 +28,23 @@ def new_key_id() -> str:
 
 def new_api_key() -> str:
     return f"orl-{secrets.token_urlsafe(32)}"
+
+
+def new_webhook_endpoint_id() -> str:
+    return f"wh_{secrets.token_hex(8)}"
+
+
+def new_event_id() -> str:
+    return f"evt_{secrets.token_hex(12)}"
+
+
+def new_webhook_attempt_id() -> str:
+    return f"wha_{secrets.token_hex(10)}"
+
+
+def new_claim_token() -> str:
+    """What a claim stamps on the rows it takes, so that only its holder can record what became of them."""
+    return secrets.token_hex(16)
 
 
 def output_file_id(batch_id: str) -> str:

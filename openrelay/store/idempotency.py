@@ -19,7 +19,6 @@ expired row, so a key past its window starts afresh and the table holds only liv
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from ..errors import Conflict, UnprocessableEntity
+from ..ids import new_claim_token
 from .db import Database
 from .schema import idempotency_keys
 
@@ -64,7 +64,7 @@ class IdempotencyKeys:
         409 ``idempotency_key_in_use`` while the same body's first create is still running.
         """
         clock = time.time()
-        token = secrets.token_hex(16)
+        token = new_claim_token()
         values = {"org_id": org_id, "idempotency_key": key, "request_sha256": request_sha256,
                   "claim_token": token, "claimed_at": clock, "expires_at": clock + self.keep_seconds,
                   "answer": None}

@@ -14,7 +14,6 @@ Every time here is the database's clock.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from ..errors import NotFound
-from ..ids import now, now_ns
+from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id, new_webhook_endpoint_id, now, now_ns
 from ..types import BatchStatus
 from .db import Database, holds_nul
 from .schema import organizations, webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
@@ -94,14 +93,6 @@ class AttemptLog:
                 "delivery_state": self.state}
 
 
-def new_endpoint_id() -> str:
-    return f"wh_{secrets.token_hex(8)}"
-
-
-def new_event_id() -> str:
-    return f"evt_{secrets.token_hex(12)}"
-
-
 def event_payload(event_id: str, event_type: str, created_at: int, object_id: str) -> bytes:
     """The body of an event, as OpenAI's webhooks shape it."""
     return orjson.dumps({"id": event_id, "object": "event", "type": event_type, "created_at": created_at,
@@ -163,7 +154,7 @@ class WebhookStore:
                                 ).scalar_one()
             if live >= limit:
                 return None
-            endpoint_id = new_endpoint_id()
+            endpoint_id = new_webhook_endpoint_id()
             conn.execute(webhook_endpoints.insert().values(id=endpoint_id, org_id=org_id, url=url, secret=secret,
                                                            created_at=now(), created_ns=now_ns()))
             row = conn.execute(sa.select(webhook_endpoints).where(e.id == endpoint_id)).one()
@@ -212,7 +203,7 @@ class WebhookStore:
         """A test event for one endpoint, its delivery already claimed by the caller, who sends it (so no
         delivery loop takes it first)."""
         d = webhook_deliveries.c
-        token = secrets.token_hex(16)
+        token = new_claim_token()
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             event_id = _insert_event(conn, clock=clock, org_id=endpoint.org_id, event_type=TEST_EVENT_TYPE,
@@ -234,7 +225,7 @@ class WebhookStore:
             if conn.execute(sa.select(d.event_id).where(d.state == PENDING, d.next_attempt_at <= clock)
                             .limit(1)).first() is None:
                 return []
-        token = secrets.token_hex(16)
+        token = new_claim_token()
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             due = sa.and_(d.state == PENDING, d.next_attempt_at <= clock)
@@ -268,7 +259,7 @@ class WebhookStore:
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             conn.execute(webhook_attempts.insert().values(
-                id=f"wha_{secrets.token_hex(10)}", event_id=due.event_id, endpoint_id=due.endpoint_id,
+                id=new_webhook_attempt_id(), event_id=due.event_id, endpoint_id=due.endpoint_id,
                 org_id=due.org_id, attempt=due.attempt, attempted_at=clock, outcome=outcome,
                 status_code=status_code, error=error, duration_ms=duration_ms))
             values: dict[str, Any] = {"attempts": due.attempt, "last_attempt_at": clock, "claim_token": None}
