@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
+from dataclasses import dataclass
 
 __all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "new_webhook_endpoint_id",
-           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "now", "now_ns", "output_file_id",
-           "error_file_id"]
+           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "now", "now_ns", "RESULT_KINDS",
+           "ResultFileId", "result_file_id", "output_file_id", "error_file_id", "parse_result_file_id"]
 
 
 def new_batch_id() -> str:
@@ -47,12 +49,33 @@ def new_claim_token() -> str:
     return secrets.token_hex(16)
 
 
+# A batch's result files have ids made from the batch's: ``file-<batch id>-output`` and ``file-<batch id>-error``.
+RESULT_KINDS = ("output", "error")
+_RESULT_FILE_ID = re.compile(r"file-(batch_[0-9a-f]{12})-(output|error)")  # a batch id as new_batch_id makes it
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultFileId:
+    batch_id: str
+    kind: str  # "output" or "error"
+
+
+def result_file_id(batch_id: str, kind: str) -> str:
+    return f"file-{batch_id}-{kind}"
+
+
 def output_file_id(batch_id: str) -> str:
-    return f"file-{batch_id}-output"
+    return result_file_id(batch_id, "output")
 
 
 def error_file_id(batch_id: str) -> str:
-    return f"file-{batch_id}-error"
+    return result_file_id(batch_id, "error")
+
+
+def parse_result_file_id(file_id: str) -> ResultFileId | None:
+    """The batch and kind a result file id names, else None."""
+    found = _RESULT_FILE_ID.fullmatch(file_id)
+    return ResultFileId(batch_id=found[1], kind=found[2]) if found else None
 
 
 def now() -> int:

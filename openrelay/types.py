@@ -12,6 +12,11 @@ from typing import Any
 __all__ = [
     "BatchStatus",
     "TERMINAL",
+    "CANCELLABLE",
+    "SHOWN_QUEUED",
+    "SHOWN_RUNNING",
+    "SHOWN_STATUSES",
+    "shown_status",
     "Priority",
     "Scope",
     "ALL_SCOPES",
@@ -57,6 +62,24 @@ RUNNING = frozenset({BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING})
 TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
 LIVE_VALUES = tuple(sorted(s.value for s in LIVE))
 RUNNING_VALUES = tuple(sorted(s.value for s in RUNNING))
+# What a cancel moves to cancelling; a cancelling batch is on its way there already, an ended one answers 409.
+CANCELLABLE = frozenset({BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING})
+CANCELLABLE_VALUES = tuple(sorted(s.value for s in CANCELLABLE))
+
+# The status as a person reads it (the dashboard, the CLI): in_progress is told apart into queued (in_progress_at
+# null: waiting for a slot) and running (its first records have started). In lifecycle order:
+SHOWN_QUEUED = "queued"
+SHOWN_RUNNING = "running"
+SHOWN_STATUSES = (BatchStatus.VALIDATING.value, SHOWN_QUEUED, SHOWN_RUNNING, BatchStatus.FINALIZING.value,
+                  BatchStatus.COMPLETED.value, BatchStatus.FAILED.value, BatchStatus.EXPIRED.value,
+                  BatchStatus.CANCELLING.value, BatchStatus.CANCELLED.value)
+
+
+def shown_status(status: str, in_progress_at: int | None) -> str:
+    """``status`` (a ``BatchStatus`` or its value) as a person reads it, queued and running apart."""
+    if status == BatchStatus.IN_PROGRESS:
+        return SHOWN_QUEUED if in_progress_at is None else SHOWN_RUNNING
+    return str(status)
 
 
 class Priority(enum.StrEnum):

@@ -10,8 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
-from openrelay.cli.batches import TERMINAL, BatchId, _report_rejections
+from openrelay.cli.batches import BatchId, _report_rejections
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
+from openrelay.ids import RESULT_KINDS, result_file_id
+from openrelay.types import TERMINAL
 
 __all__ = ["results", "retry"]
 
@@ -23,11 +25,11 @@ class Kind(StrEnum):
 
 
 def _new_lines(client: ApiClient, batch_id: str, kind: str, offset: int) -> int:
-    """Write what ``file-<batch>-<kind>`` holds past ``offset`` to stdout; how many bytes that was. The file only
-    ever grows at its end (each read extends the one before), so reading on from an offset shows every line
-    once."""
+    """Write what the batch's ``kind`` result file holds past ``offset`` to stdout; how many bytes that was. The
+    file only ever grows at its end (each read extends the one before), so reading on from an offset shows every
+    line once."""
     sys.stdout.flush()
-    return client.download_from(f"files/file-{batch_id}-{kind}/content", offset, sys.stdout.buffer)
+    return client.download_from(f"files/{result_file_id(batch_id, kind)}/content", offset, sys.stdout.buffer)
 
 
 def results(
@@ -38,7 +40,7 @@ def results(
     interval: Annotated[float, typer.Option(min=0.0, help="Seconds between polls with --follow.")] = 1.0,
 ) -> None:
     """Print a batch's result lines (JSONL on stdout), the lines durable so far while it runs."""
-    kinds = ["output", "error"] if kind is Kind.all else [kind.value]
+    kinds = list(RESULT_KINDS) if kind is Kind.all else [kind.value]
 
     def body(client: ApiClient) -> None:
         offsets = dict.fromkeys(kinds, 0)

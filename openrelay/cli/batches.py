@@ -12,13 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
-from openrelay.types import TERMINAL_VALUES
+from openrelay.types import SHOWN_QUEUED, TERMINAL, shown_status
 
 __all__ = ["app", "parse_pairs", "rejection_preview", "live_numbers", "estimate_summary"]
 
 app = typer.Typer(help="Create, inspect, list, cancel and wait for batches.", no_args_is_help=True)
 
-TERMINAL = frozenset(TERMINAL_VALUES)
 PREVIEW_LIMIT = 10
 
 BatchId = Annotated[str, typer.Argument(help="Batch id, e.g. batch_9f8e7d6c5b4a.")]
@@ -225,9 +224,8 @@ def estimate_summary(answer: dict[str, Any]) -> str:
 
 def _describe(batch: dict[str, Any]) -> str:
     status = str(batch.get("status"))
-    # A queued batch reads in_progress with in_progress_at null (CONTRACT section 7); say so to a person.
-    if status == "in_progress" and batch.get("in_progress_at") is None:
-        status = "in_progress (queued)"
+    if shown_status(status, batch.get("in_progress_at")) == SHOWN_QUEUED:  # in_progress, but nothing started yet
+        status = f"{status} ({SHOWN_QUEUED})"
     return f"{batch.get('id')} {status}"
 
 

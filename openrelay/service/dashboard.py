@@ -8,27 +8,21 @@ from dataclasses import dataclass
 from ..catalog import ENDPOINTS
 from ..errors import InvalidRequest
 from ..runtime import Runtime
-from ..store.batch_search import QUEUED, RUNNING, BatchQuery, Summary, search, summarize
-from ..types import ApiKey, Batch, BatchStatus, Priority, Scope
+from ..store.batch_search import BatchQuery, Summary, search, summarize
+from ..types import SHOWN_STATUSES, ApiKey, Batch, BatchStatus, Priority, Scope
+from ..types import shown_status as _shown_status
 from .auth import require
 
 __all__ = ["BatchQuery", "BatchPage", "SHOWN_STATUSES", "shown_status", "list_batch_page", "create_options",
-           "CreateOptions", "QUEUED", "RUNNING"]
+           "CreateOptions"]
 
-# The statuses the dashboard tells apart, in lifecycle order: in_progress is shown as queued or running.
-SHOWN_STATUSES = (BatchStatus.VALIDATING.value, QUEUED, RUNNING, BatchStatus.FINALIZING.value,
-                  BatchStatus.COMPLETED.value, BatchStatus.FAILED.value, BatchStatus.EXPIRED.value,
-                  BatchStatus.CANCELLING.value, BatchStatus.CANCELLED.value)
 _FILTER_STATUSES = frozenset(SHOWN_STATUSES) | {BatchStatus.IN_PROGRESS.value}
 MAX_PAGE = 100
 
 
 def shown_status(batch: Batch) -> str:
-    """The status as the dashboard reads it: an in_progress batch whose first records have not started yet is
-    queued (CONTRACT: in_progress_at separates the wait from the run)."""
-    if batch.status is BatchStatus.IN_PROGRESS:
-        return QUEUED if batch.in_progress_at is None else RUNNING
-    return batch.status.value
+    """The status as the dashboard reads it: queued and running apart (``types.shown_status``)."""
+    return _shown_status(batch.status, batch.in_progress_at)
 
 
 @dataclass(frozen=True, kw_only=True)

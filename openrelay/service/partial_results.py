@@ -22,7 +22,6 @@ deleted; once the batch ends, its row is the file's (or the id answers 404 when 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,26 +29,14 @@ from typing import Any
 from ..blobs.base import BlobMissing, BlobStore
 from ..blobs.keys import error_key, output_key
 from ..errors import NotFound
+from ..ids import parse_result_file_id
 from ..runtime import Runtime
 from ..store.result_segments import result_segments
 from ..types import Batch, FileRecord
 
-__all__ = ["PartialFile", "ResultFileId", "parse_result_file_id", "partial_file", "read_partial"]
+__all__ = ["PartialFile", "parse_result_file_id", "partial_file", "read_partial"]
 
-_RESULT_FILE_ID = re.compile(r"file-(batch_[0-9a-f]{12})-(output|error)")
 _READ_SIZE = 1 << 16
-
-
-@dataclass(frozen=True, kw_only=True)
-class ResultFileId:
-    batch_id: str
-    kind: str  # "output" or "error"
-
-
-def parse_result_file_id(file_id: str) -> ResultFileId | None:
-    """The batch and kind a result file id names (``file-<batch id>-output|error``), else None."""
-    found = _RESULT_FILE_ID.fullmatch(file_id)
-    return ResultFileId(batch_id=found[1], kind=found[2]) if found else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,23 +15,20 @@ import orjson
 import sqlalchemy as sa
 
 from ..errors import NotFound
-from ..types import Batch, BatchStatus
+from ..types import SHOWN_QUEUED, SHOWN_RUNNING, Batch, BatchStatus, shown_status
 from .batches import batch_from_row
 from .db import Database, holds_nul
 from .schema import batches
 from .tags import tagged
 
-__all__ = ["BatchQuery", "Summary", "search", "summarize", "QUEUED", "RUNNING"]
-
-QUEUED = "queued"  # in_progress with in_progress_at null: waiting for a slot
-RUNNING = "running"  # in_progress with in_progress_at set: its first records have started
+__all__ = ["BatchQuery", "Summary", "search", "summarize"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class BatchQuery:
     """What the dashboard filters on; every field narrows (tags: the batch carries all of them)."""
 
-    status: str | None = None  # a BatchStatus value, QUEUED or RUNNING
+    status: str | None = None  # a BatchStatus value, or a shown one (types.SHOWN_QUEUED, SHOWN_RUNNING)
     model: str | None = None
     priority: str | None = None
     tags: tuple[str, ...] = ()
@@ -42,7 +39,7 @@ class BatchQuery:
 
 @dataclass(kw_only=True)
 class Summary:
-    counts: dict[str, int] = field(default_factory=dict)  # per shown status (QUEUED and RUNNING apart)
+    counts: dict[str, int] = field(default_factory=dict)  # per shown status (types.shown_status)
     batches: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -67,9 +64,9 @@ def _filtered(org_id: str, query: BatchQuery) -> tuple[sa.FromClause, list[sa.Co
         source, found, order = tagged(org_id, query.tags)
     else:
         source, found, order = batches, [batches.c.org_id == org_id], (batches.c.created_ns, batches.c.id)
-    if query.status == QUEUED:
+    if query.status == SHOWN_QUEUED:
         found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_(None)]
-    elif query.status == RUNNING:
+    elif query.status == SHOWN_RUNNING:
         found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_not(None)]
     elif query.status:
         found.append(batches.c.status == query.status)
@@ -115,12 +112,6 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
     return found[:limit], len(found) > limit
 
 
-def _shown_status(status: str, in_progress_at: int | None) -> str:
-    if status == BatchStatus.IN_PROGRESS.value:
-        return QUEUED if in_progress_at is None else RUNNING
-    return status
-
-
 def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
     """Counts per shown status and the usage of every batch the filters keep (not just one page)."""
     summary = Summary()
@@ -133,7 +124,7 @@ def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
               .select_from(source).where(*conditions).group_by(batches.c.status, running))
     with db.read() as conn:
         for status, started, count, input_tokens, output_tokens, cost in conn.execute(select).all():
-            _add(summary, _shown_status(status, 1 if started else None), count, input_tokens or 0,
+            _add(summary, shown_status(status, 1 if started else None), count, input_tokens or 0,
                  output_tokens or 0, cost or 0)
     return summary
 

@@ -12,7 +12,16 @@ from sqlalchemy.engine import Connection, Row
 
 from ..errors import Conflict, NotFound
 from ..ids import now
-from ..types import BATCH_API_FIELDS, LIVE_VALUES, NOT_STORED, TERMINAL_VALUES, Batch, BatchStatus, batch_api
+from ..types import (
+    BATCH_API_FIELDS,
+    CANCELLABLE_VALUES,
+    LIVE_VALUES,
+    NOT_STORED,
+    TERMINAL_VALUES,
+    Batch,
+    BatchStatus,
+    batch_api,
+)
 from .compiled import All, CompiledRead, First, Plan, run_plan
 from .db import Database, holds_nul
 from .files import insert_file
@@ -187,7 +196,7 @@ class Batches:
         with self.db.write() as conn:
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.org_id == org_id,
-                batches.c.status.in_(("validating", "in_progress", "finalizing")),
+                batches.c.status.in_(CANCELLABLE_VALUES),
             ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
                       retry_at=None))  # a batch backing off after a failed run settles its cancel at once
         batch = self.get(org_id, batch_id)

@@ -1,0 +1,68 @@
+"""The rules each defined once (issue 21 part 2): status groups, shown statuses, result file ids, ids, and the CLI
+reading them without the store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from openrelay import ids
+from openrelay.types import (
+    CANCELLABLE,
+    CANCELLABLE_VALUES,
+    SHOWN_QUEUED,
+    SHOWN_RUNNING,
+    SHOWN_STATUSES,
+    TERMINAL,
+    BatchStatus,
+    shown_status,
+)
+
+
+def test_cancellable_is_every_status_not_ended_and_not_already_cancelling() -> None:
+    assert CANCELLABLE == set(BatchStatus) - TERMINAL - {BatchStatus.CANCELLING}
+    assert set(CANCELLABLE_VALUES) == {s.value for s in CANCELLABLE}
+
+
+def test_in_progress_is_shown_queued_until_its_first_records_start() -> None:
+    assert shown_status(BatchStatus.IN_PROGRESS, None) == SHOWN_QUEUED
+    assert shown_status("in_progress", None) == SHOWN_QUEUED  # the API's string, as the CLI has it
+    assert shown_status(BatchStatus.IN_PROGRESS, 1_700_000_000) == SHOWN_RUNNING
+    for status in set(BatchStatus) - {BatchStatus.IN_PROGRESS}:
+        assert shown_status(status, None) == status.value == shown_status(status.value, 5)
+        assert type(shown_status(status, None)) is str
+    assert set(SHOWN_STATUSES) == {s.value for s in BatchStatus} - {"in_progress"} | {SHOWN_QUEUED, SHOWN_RUNNING}
+
+
+def test_result_file_ids_are_made_and_read_by_one_format() -> None:
+    batch_id = ids.new_batch_id()
+    for kind in ids.RESULT_KINDS:
+        found = ids.parse_result_file_id(ids.result_file_id(batch_id, kind))
+        assert found == ids.ResultFileId(batch_id=batch_id, kind=kind)
+    assert ids.output_file_id(batch_id) == f"file-{batch_id}-output"
+    assert ids.error_file_id(batch_id) == f"file-{batch_id}-error"
+
+
+@pytest.mark.parametrize("file_id", ["file-batch_0123456789ab-input", "file-batch_0123-output", ids.new_file_id(),
+                                     "file-batch_0123456789ab-output-x", "file-batch_0123456789AB-error"])
+def test_other_file_ids_are_not_result_file_ids(file_id: str) -> None:
+    assert ids.parse_result_file_id(file_id) is None
+
+
+def test_ids_have_their_prefixes_and_do_not_repeat() -> None:
+    makers = {"wh_": ids.new_webhook_endpoint_id, "evt_": ids.new_event_id, "wha_": ids.new_webhook_attempt_id,
+              "batch_": ids.new_batch_id, "file-": ids.new_file_id}
+    for prefix, make in makers.items():
+        made = {make() for _ in range(100)}
+        assert len(made) == 100 and all(m.startswith(prefix) for m in made)
+    assert len({ids.new_claim_token() for _ in range(100)}) == 100
+
+
+def test_the_cli_imports_no_store() -> None:
+    # The CLI talks HTTP; the status vocabulary and id formats it shares with the server are pure modules.
+    code = ("import sys, openrelay.cli.main; "
+            "print(sorted(m for m in sys.modules if m.startswith(('openrelay.store', 'sqlalchemy'))))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"
