@@ -1,5 +1,5 @@
-"""The rules each defined once (issue 21 part 2): status groups, shown statuses, result file ids, ids, and the CLI
-reading them without the store."""
+"""The rules each defined once (issue 21 part 2): status groups, shown statuses, result file ids, ids, the refusal
+of an unrecognized argument, and the CLI reading what it shares with the server without the store."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from openrelay import ids
+from openrelay.errors import InvalidRequest
+from openrelay.service.bodies import reject_unrecognized, unrecognized_argument
 from openrelay.types import (
     CANCELLABLE,
     CANCELLABLE_VALUES,
@@ -66,3 +68,14 @@ def test_the_cli_imports_no_store() -> None:
             "print(sorted(m for m in sys.modules if m.startswith(('openrelay.store', 'sqlalchemy'))))")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("name", "shown"), [("inputs", "inputs"), ("y" * 256, "y" * 256),
+                                             ("x" * 257, "x" * 253 + "..."), ("x" * 1000, "x" * 253 + "...")])
+def test_an_unrecognized_argument_is_named_as_openai_names_it(name: str, shown: str) -> None:
+    error = unrecognized_argument(name)
+    assert error.message == f"Unrecognized request argument supplied: {shown}" and error.param == shown
+    with pytest.raises(InvalidRequest) as raised:
+        reject_unrecognized({"codes": [], name: 1}, ("codes",))
+    assert raised.value.message == error.message
+    reject_unrecognized({"codes": []}, ("codes",))  # nothing unknown: no error

@@ -33,7 +33,7 @@ from ..validation.lines import numbered_lines
 from ..worker.inputs import read_rejections
 from .auth import require, require_budget
 from .batches import create_batch
-from .bodies import json_object
+from .bodies import json_object, reject_unrecognized
 
 __all__ = ["retry_batch", "RETRY_FIELDS", "NO_LINE_CODE"]
 
@@ -89,9 +89,7 @@ def _retry_codes(raw: bytes) -> list[str] | None:
     if not raw.strip():
         return None
     body = json_object(raw)
-    for name in body:
-        if name not in RETRY_FIELDS:
-            raise InvalidRequest(f"Unrecognized request argument supplied: {name[:256]}", param=name[:256])
+    reject_unrecognized(body, RETRY_FIELDS)
     codes = body.get("codes")
     if codes is None:
         return None

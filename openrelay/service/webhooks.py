@@ -17,7 +17,7 @@ from ..webhooks.delivery import Attempt, WebhookDelivery
 from ..webhooks.network import normalized, webhook_url_problem
 from ..webhooks.signing import new_secret
 from .auth import require
-from .bodies import json_object
+from .bodies import json_object, reject_unrecognized
 
 __all__ = ["MAX_ENDPOINTS", "register_endpoint", "send_test_event", "create_webhook", "list_webhooks",
            "delete_webhook"]
@@ -56,9 +56,7 @@ def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, e
 def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     body = json_object(raw)
-    for name in body:
-        if name not in _CREATE_FIELDS:
-            raise InvalidRequest(f"Unrecognized request argument supplied: {name[:64]}", param=name[:64])
+    reject_unrecognized(body, _CREATE_FIELDS)
     if "url" not in body:
         raise InvalidRequest("url is required", param="url")
     endpoint, secret = register_endpoint(rt.webhooks, rt.catalog, key.org_id, body["url"])
@@ -67,8 +65,8 @@ def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
 
 def list_webhooks(rt: Runtime, key: ApiKey) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
-    data = [endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)]
-    return {"object": "list", "data": data, "has_more": False}
+    # Every endpoint fits one page (at most MAX_ENDPOINTS), so there is never more.
+    return list_page([endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)], has_more=False)
 
 
 def delete_webhook(rt: Runtime, key: ApiKey, webhook_id: str) -> dict[str, Any]:
