@@ -65,8 +65,8 @@ def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
 
 def list_webhooks(rt: Runtime, key: ApiKey) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
-    # Every endpoint fits one page (at most MAX_ENDPOINTS), so there is never more.
-    return list_page([endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)], has_more=False)
+    data = [endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)]
+    return {"object": "list", "data": data, "has_more": False}
 
 
 def delete_webhook(rt: Runtime, key: ApiKey, webhook_id: str) -> dict[str, Any]:
