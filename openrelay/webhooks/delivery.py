@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from ..backoff import Backoff
 from ..catalog import Catalog
 from ..config import Settings
+from ..egress import BlockedAddress
 from ..metrics import WEBHOOK_ATTEMPTS
 from ..store.webhooks import DELIVERED, DueDelivery, WebhookStore
-from ..egress import BlockedAddress
 from .network import webhook_client
 from .signing import signed_headers
 

@@ -132,7 +132,8 @@ class Worker:
 
     @property
     def stopping(self) -> asyncio.Event:
-        """Set once the worker is told to stop: what runs beside it (the webhook deliveries, ``server.py``) stops with it."""
+        """Set once the worker is told to stop: what runs beside it (the webhook deliveries, ``server.py``) stops
+        with it."""
         return self._stop
 
     def request_stop(self) -> None:
