@@ -6,7 +6,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "default_database_url", "LIVE_POLL_SECONDS"]
+
+# How often a live view asks again: the dashboard's live regions, `orl batches wait`, `orl batches results -f`.
+LIVE_POLL_SECONDS = 1.0
+
+
+def default_database_url(data_dir: Path) -> str:
+    """The store when no database URL is given: SQLite in the data directory (``orl serve`` and ``orl admin``)."""
+    return f"sqlite:///{data_dir.expanduser().resolve() / 'openrelay.db'}"
 
 
 def _env_float(name: str, default: float) -> float:
@@ -68,7 +76,7 @@ class Settings:
               window_seconds: int = 86_400, metrics_token: str | None = None,
               blob_url: str | None = None) -> Settings:
         data_dir = data_dir.expanduser().resolve()
-        url = database_url or f"sqlite:///{data_dir / 'openrelay.db'}"
+        url = database_url or default_database_url(data_dir)
         return cls(
             data_dir=data_dir,
             database_url=url,

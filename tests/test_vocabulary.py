@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from openrelay import ids
+from openrelay.blobs.keys import check_key, file_key, refused_create_key
+from openrelay.config import Settings, default_database_url
 from openrelay.errors import InvalidRequest
 from openrelay.service.bodies import reject_unrecognized, unrecognized_argument
 from openrelay.types import (
@@ -79,3 +82,17 @@ def test_an_unrecognized_argument_is_named_as_openai_names_it(name: str, shown: 
         reject_unrecognized({"codes": [], name: 1}, ("codes",))
     assert raised.value.message == error.message
     reject_unrecognized({"codes": []}, ("codes",))  # nothing unknown: no error
+
+
+def test_serve_and_admin_default_to_the_same_sqlite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    expected = f"sqlite:///{tmp_path.resolve() / 'data' / 'openrelay.db'}"
+    assert default_database_url(Path("data")) == expected
+    assert Settings.build(data_dir=Path("data"), database_url=None).database_url == expected
+    assert Settings.build(data_dir=Path("data"), database_url="sqlite:///x.db").database_url == "sqlite:///x.db"
+
+
+def test_a_refused_creates_rejections_have_a_key_of_their_own() -> None:
+    file_id = ids.new_file_id()
+    assert check_key(refused_create_key(file_id)) == f"rejections/{file_id}.jsonl"
+    assert refused_create_key(file_id) != file_key(file_id)

@@ -1,6 +1,7 @@
 """Every blob key, built in one place. The layout (under the local directory or the S3 prefix)::
 
     files/<file id>                                   an uploaded file, or a create's inline records
+    rejections/<file id>.jsonl                        the records of a create refused whole (no batch made)
     batches/<batch id>/rejections.jsonl               records the create refused
     batches/<batch id>/dispatch.bin                   the order its records are sent in (openrelay/prefix.py)
     batches/<batch id>/chunks/<seq>.<run>.<out|err>.jsonl
@@ -16,12 +17,17 @@ Keys are ``/``-separated, never start with ``/`` and hold no ``..`` part (``chec
 
 from __future__ import annotations
 
-__all__ = ["file_key", "rejections_key", "dispatch_order_key", "chunk_key", "chunks_folder", "tail_key", "output_key",
-           "error_key", "check_key"]
+__all__ = ["file_key", "refused_create_key", "rejections_key", "dispatch_order_key", "chunk_key", "chunks_folder",
+           "tail_key", "output_key", "error_key", "check_key"]
 
 
 def file_key(file_id: str) -> str:
     return f"files/{file_id}"
+
+
+def refused_create_key(file_id: str) -> str:
+    """The rejections file of a create whose every record was refused: there is no batch to keep it under."""
+    return f"rejections/{file_id}.jsonl"
 
 
 def rejections_key(batch_id: str) -> str:

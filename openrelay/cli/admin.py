@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
+from ..config import default_database_url
 from ..errors import OpenRelayError
 from ..types import ALL_SCOPES, ApiKey
 from .http import exit_code
@@ -51,7 +52,7 @@ def _store(
         except ConfigError as exc:
             typer.echo(f"orl: {exc.message}", err=True)
             raise typer.Exit(2) from None
-    _state["url"] = database_url or f"sqlite:///{data_dir.expanduser().resolve() / 'openrelay.db'}"
+    _state["url"] = database_url or default_database_url(data_dir)
     if database_url is None:
         data_dir.mkdir(parents=True, exist_ok=True)
 

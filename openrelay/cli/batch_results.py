@@ -12,6 +12,7 @@ import typer
 
 from openrelay.cli.batches import BatchId, _report_rejections
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
+from openrelay.config import LIVE_POLL_SECONDS
 from openrelay.ids import RESULT_KINDS, result_file_id
 from openrelay.types import TERMINAL
 
@@ -37,7 +38,7 @@ def results(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing lines as they land; exit when the "
                                          "batch has ended.")] = False,
     kind: Annotated[Kind, typer.Option(help="Which file's lines: output, error or all.")] = Kind.all,
-    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between polls with --follow.")] = 1.0,
+    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between polls with --follow.")] = LIVE_POLL_SECONDS,
 ) -> None:
     """Print a batch's result lines (JSONL on stdout), the lines durable so far while it runs."""
     kinds = list(RESULT_KINDS) if kind is Kind.all else [kind.value]

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
+from openrelay.config import LIVE_POLL_SECONDS
 from openrelay.types import SHOWN_QUEUED, TERMINAL, shown_status
 
 __all__ = ["app", "parse_pairs", "rejection_preview", "live_numbers", "estimate_summary"]
@@ -263,7 +264,7 @@ def _counted(batch: dict[str, Any]) -> str:
 @app.command()
 def wait(
     batch_id: BatchId,
-    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between polls.")] = 1.0,
+    interval: Annotated[float, typer.Option(min=0.0, help="Seconds between polls.")] = LIVE_POLL_SECONDS,
 ) -> None:
     """Poll a batch until it is terminal, drawing progress on stderr; print the final batch."""
 
