@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
 # Set up, then run the whole suite twice, on SQLite and on PostgreSQL (a fresh database per server), side by side:
-# most of a test's time is spent waiting on servers and engines, so the two passes share the cores well. Each pass
-# has its own temporary directory and its own range of ports (tests/support/server.py, free_port); its output is
-# printed when both have ended. Extra arguments go to both pytest runs.
+# most of a test's time is spent waiting on servers and engines, so the two passes share the cores well. The
+# PostgreSQL pass runs only the tests that can tell the stores apart (tests/conftest.py). Each pass has its own
+# temporary directory and its own range of ports (tests/support/server.py, free_port); its output is printed when
+# both have ended. Extra arguments go to both pytest runs.
+#   --fast  the fast tier: SQLite only, without the tests marked `slow` (built-in models, Chromium, SeaweedFS,
+#           llama-server, fuzzing, schemathesis)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stores=(sqlite postgres)
+select=()
+tier="every test"
+if [[ "${1:-}" == "--fast" ]]; then
+  shift
+  stores=(sqlite)
+  select=(-m "not slow")
+  tier="the fast tier (not slow)"
+fi
 bash scripts/setup.sh
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
-  # CI machines start PostgreSQL before the run; start it if it stopped.
+  # CI machines start PostgreSQL before the run; start it if it stopped. The SQLite pass needs it too: a few tests
+  # are about PostgreSQL itself (its outages, its change notices).
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
 fi
 .venv/bin/ruff check openrelay tests bench
 runs="$(mktemp -d /tmp/orl-suite-XXXXXX)"
 trap 'rm -rf "$runs"' EXIT
-echo "== store: SQLite and PostgreSQL, side by side (started $(date +%T)) ==" >&2
-stores=(sqlite postgres)
+echo "== $tier on ${stores[*]}, side by side (started $(date +%T)) ==" >&2
 pids=()
 for store in "${stores[@]}"; do
-  OPENRELAY_TEST_DB="$store" .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$runs/$store" "$@" \
-    > "$runs/$store.log" 2>&1 &
+  OPENRELAY_TEST_DB="$store" .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$runs/$store" \
+    ${select[@]+"${select[@]}"} "$@" > "$runs/$store.log" 2>&1 &
   pids+=("$!")
 done
 failed=0

@@ -1,7 +1,9 @@
 """Fixtures: a real test engine process, real `orl serve` processes, on SQLite or PostgreSQL.
 
-The backend comes from ``OPENRELAY_TEST_DB`` (``sqlite``, the default, or ``postgres``); `.ci/run` runs the
-whole suite once on each.
+The backend comes from ``OPENRELAY_TEST_DB`` (``sqlite``, the default, or ``postgres``); scripts/test.sh runs the
+suite once on each. A test that cannot tell the two apart runs on SQLite only: the PostgreSQL pass deselects every
+test that neither uses a server fixture (``server``, ``make_server``, ``module_server``) nor sits in a module that
+picks its store from it (one that imports ``BACKEND`` or ``Servers``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.execution import TERMINAL
+from tests.support.polling import TERMINAL
 from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 from tests.support.test_engine import EngineControl as Engine
 from tests.support.test_engine import start_test_engine, stop_test_engine
@@ -21,8 +23,30 @@ from tests.support.test_engine import start_test_engine, stop_test_engine
 BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")
 
 
+STORE_FIXTURES = frozenset({"server", "make_server", "module_server"})
+STORE_PICKERS = ("BACKEND", "Servers")  # a module holding one of these picks its store by OPENRELAY_TEST_DB
+
+
 def pytest_report_header() -> str:
     return f"openrelay store backend: {BACKEND}"
+
+
+def depends_on_the_store(item: pytest.Item) -> bool:
+    """Whether the test's outcome can change with ``OPENRELAY_TEST_DB``."""
+    if STORE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    return module is None or any(hasattr(module, name) for name in STORE_PICKERS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On PostgreSQL, leave out the tests that run the same on either store: the SQLite pass runs them."""
+    if BACKEND == "sqlite":
+        return
+    once = [item for item in items if not depends_on_the_store(item)]
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = [item for item in items if depends_on_the_store(item)]
 
 
 @pytest.fixture(scope="session")

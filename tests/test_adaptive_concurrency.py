@@ -7,7 +7,7 @@ import re
 
 import httpx
 
-from tests.support.execution import chat, create, get, results, wait_for
+from tests.support.batches import chat, create, get, results, wait_for
 from tests.support.server import TEST_CATALOG
 
 

@@ -19,7 +19,7 @@ from openrelay.errors import Unauthorized
 from openrelay.service.auth import MAX_KEY_CACHE_SECONDS, Keys
 from openrelay.store.accounts import Accounts
 from openrelay.store.db import Database
-from tests.support.records import org_key
+from tests.support.batches import org_key
 
 TTL = 1.0
 

@@ -10,8 +10,7 @@ import openai
 import orjson
 import pytest
 
-from tests.support.execution import batch_usage, wait_letting_held_through
-from tests.support.records import error_of
+from tests.support.batches import batch_usage, error_of, wait_letting_held_through
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 

@@ -57,7 +57,7 @@ class Backend:
         return [u for u in self.bucket.server.uploads_in_progress(self.bucket.name) if u.startswith(self.prefix + "/")]
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     bucket = request.getfixturevalue("s3_bucket") if request.param == "s3" else None
     yield Backend(request.param, tmp_path, bucket)
@@ -267,6 +267,7 @@ def test_the_default_stays_the_data_dir(tmp_path: Path) -> None:
     assert isinstance(blobs, LocalBlobStore) and blobs.root == tmp_path / "blobs"
 
 
+@pytest.mark.slow
 def test_an_s3_url_with_the_aws_variables(s3_bucket: S3Bucket, tmp_path: Path) -> None:  # noqa: F811
     prefix = "runtime-" + secrets.token_hex(4)
     settings = Settings.build(data_dir=tmp_path, database_url=None, blob_url=s3_bucket.url(prefix))
@@ -279,6 +280,7 @@ def test_an_s3_url_with_the_aws_variables(s3_bucket: S3Bucket, tmp_path: Path) -
     assert not (tmp_path / "blobs").exists()
 
 
+@pytest.mark.slow
 def test_an_unreachable_bucket_stops_the_start(s3_bucket: S3Bucket, tmp_path: Path) -> None:  # noqa: F811
     env = s3_bucket.server.env()
     missing = Settings.build(data_dir=tmp_path, database_url=None, blob_url="s3://no-such-bucket-here/x")

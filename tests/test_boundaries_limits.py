@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 
-from tests.support.records import CHAT, chat, error_of
+from tests.support.batches import CHAT, chat, error_of
 from tests.support.server import Server
 
 MB = 1_000_000

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.execution import wait_for
+from tests.support.batches import wait_for
 
 BOUNDARY = "b0undary-7f3a"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"

@@ -15,7 +15,7 @@ import pytest
 
 from openrelay.catalog import parse_catalog
 from openrelay.errors import CatalogError
-from tests.support.execution import create, results
+from tests.support.batches import create, results
 from tests.support.mcp_server import running_mcp_server
 from tests.support.server import TEST_CATALOG
 

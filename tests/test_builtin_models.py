@@ -10,17 +10,20 @@ import io
 import json
 import math
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import openai
 import orjson
+import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from openrelay.catalog import load_catalog
 from openrelay.engines.factory import build_engine
+from tests.support.polling import until_terminal
+
+pytestmark = pytest.mark.slow  # the built-in models (llama.cpp, ONNX, RapidOCR)
 
 BUILTIN = ["openrelay/minilm-l6", "openrelay/rapidocr", "openrelay/smollm2-135m"]
 
@@ -30,11 +33,7 @@ def run_batch(client: openai.OpenAI, records: list[dict[str, Any]], endpoint: st
     data = b"".join(orjson.dumps(r) + b"\n" for r in records)
     uploaded = client.files.create(file=("requests.jsonl", data), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
-    deadline = time.time() + 240
-    while batch.status not in ("completed", "failed", "expired", "cancelled"):
-        assert time.time() < deadline, f"batch still {batch.status}"
-        time.sleep(0.2)
-        batch = client.batches.retrieve(batch.id)
+    batch = until_terminal(lambda: client.batches.retrieve(batch.id), f"batch {batch.id}", timeout=240, every=0.2)
     lines = [orjson.loads(raw) for file_id in (batch.output_file_id, batch.error_file_id) if file_id
              for raw in client.files.content(file_id).content.splitlines()]
     out = {line["custom_id"]: line for line in lines if line["response"]}

@@ -15,7 +15,7 @@ from openrelay.store.results import Chunk, Results
 from openrelay.types import Batch, BatchStatus
 from openrelay.worker.usage import RecordUsage, record_usage
 from tests.conftest import BACKEND, Servers
-from tests.support.execution import batch_usage, chat, create, get, results, wait_for
+from tests.support.batches import batch_usage, chat, create, get, results, wait_for
 from tests.support.server import Server, create_pg_database, drop_pg_database
 
 SERVER_PER_MODULE = True  # the module's own server (below), a fresh organization per test

@@ -18,7 +18,7 @@ from openrelay.runtime import open_runtime
 from openrelay.store.results import Chunk, LeaseLost
 from openrelay.types import BatchStatus
 from openrelay.worker.finalize import settle_batch
-from tests.support.execution import chat, create
+from tests.support.batches import chat, create
 
 
 def _chunk(batch_id: str, run: str, lines: list[int]) -> Chunk:

@@ -8,18 +8,18 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from tests.support.records import (
+from tests.support.batches import (
     BLANK,
     CHAT,
     ENVELOPE_KEYS,
     batch_ids,
     chat,
-    create,
     error_of,
     file_ids,
     jsonl,
     line,
     org_key,
+    post_batch,
     revoke,
     upload,
 )
@@ -56,8 +56,8 @@ def test_401_before_anything_and_nothing_created(server):
     doomed = org_key(server, server.org)
     assert server.http("GET", "/batches", api_key=doomed).status_code == 200
     revoke(server, server.org, doomed)
-    error_of(create(server, api_key=doomed, requests=[chat("req-1")]), 401, "invalid_api_key")
-    error_of(create(server, api_key=doomed, requests=[chat("req-1")], priority="expedited", endpoint="/x"), 401,
+    error_of(post_batch(server, api_key=doomed, requests=[chat("req-1")]), 401, "invalid_api_key")
+    error_of(post_batch(server, api_key=doomed, requests=[chat("req-1")], priority="expedited", endpoint="/x"), 401,
              "invalid_api_key")
     assert batch_ids(server) == []
 
@@ -71,17 +71,17 @@ def test_403_missing_scopes(server):
     def refused(resp):
         error_of(resp, 403, "insufficient_scope", type_="permission_error")
 
-    refused(create(server, api_key=no_write, requests=[chat("req-1")]))
-    refused(create(server, api_key=no_write, input_file_id=file_id))
+    refused(post_batch(server, api_key=no_write, requests=[chat("req-1")]))
+    refused(post_batch(server, api_key=no_write, input_file_id=file_id))
     # The scope is checked before the request's own fields, and before the body is even read as JSON.
-    refused(create(server, api_key=no_write, requests=[chat("req-1")], endpoint="/v1/nope", completion_window="1h"))
+    refused(post_batch(server, api_key=no_write, requests=[chat("req-1")], endpoint="/v1/nope", completion_window="1h"))
     refused(server.http("POST", "/batches", api_key=no_write, content=b"{not json"))
     # files.read is needed only to read an input file.
-    refused(create(server, api_key=no_files_read, input_file_id=file_id))
-    refused(create(server, api_key=no_files_read, input_file_id=UNKNOWN_FILE))
-    refused(create(server, api_key=no_files_read, input_file_id=file_id, endpoint="/v1/nope"))
+    refused(post_batch(server, api_key=no_files_read, input_file_id=file_id))
+    refused(post_batch(server, api_key=no_files_read, input_file_id=UNKNOWN_FILE))
+    refused(post_batch(server, api_key=no_files_read, input_file_id=file_id, endpoint="/v1/nope"))
     assert batch_ids(server, api_key=full) == []
-    resp = create(server, api_key=no_files_read, requests=[chat("req-1")])
+    resp = post_batch(server, api_key=no_files_read, requests=[chat("req-1")])
     assert resp.status_code == 200, resp.text
     assert batch_ids(server, api_key=full) == [resp.json()["id"]]
 
@@ -94,21 +94,21 @@ def test_402_used_up_budget(server):
     def refused(resp):
         error_of(resp, 402, "key_budget_exceeded", type_="insufficient_quota")
 
-    refused(create(server, api_key=broke, requests=[chat("req-1")]))
-    refused(create(server, api_key=broke, input_file_id=file_id))
+    refused(post_batch(server, api_key=broke, requests=[chat("req-1")]))
+    refused(post_batch(server, api_key=broke, input_file_id=file_id))
     # Before the feature switch, the request's fields and the input.
     assert server.admin("org", "set", server.org, "--expedited", "off").returncode == 0
-    refused(create(server, api_key=broke, requests=[chat("req-1")], priority="expedited"))
-    refused(create(server, api_key=broke, input_file_id=UNKNOWN_FILE, endpoint="/v1/nope", completion_window="1h"))
-    refused(create(server, api_key=broke, requests=[_workflow()]))
+    refused(post_batch(server, api_key=broke, requests=[chat("req-1")], priority="expedited"))
+    refused(post_batch(server, api_key=broke, input_file_id=UNKNOWN_FILE, endpoint="/v1/nope", completion_window="1h"))
+    refused(post_batch(server, api_key=broke, requests=[_workflow()]))
     # ... but after the scopes.
     broke_reader = org_key(server, server.org, "--scopes", "batch.read", "--budget-usd", "0")
-    error_of(create(server, api_key=broke_reader, requests=[chat("req-1")]), 403, "insufficient_scope",
+    error_of(post_batch(server, api_key=broke_reader, requests=[chat("req-1")]), 403, "insufficient_scope",
              type_="permission_error")
     assert batch_ids(server, api_key=other) == []
     # Only "used up" is checked: a key with budget left creates.
     rich = org_key(server, server.org, "--budget-usd", "0.000001")
-    resp = create(server, api_key=rich, requests=[chat("req-1")])
+    resp = post_batch(server, api_key=rich, requests=[chat("req-1")])
     assert resp.status_code == 200, resp.text
     assert batch_ids(server, api_key=other) == [resp.json()["id"]]
 
@@ -123,7 +123,7 @@ def test_409_feature_disabled_before_the_rest_of_the_request(server):
     files = file_ids(server, api_key=key)
 
     def refused(**fields):
-        resp = create(server, api_key=key, priority="expedited", **fields)
+        resp = post_batch(server, api_key=key, priority="expedited", **fields)
         error = error_of(resp, 409, "feature_disabled")
         assert error["message"] == FEATURE_DISABLED
         assert set(error) == ENVELOPE_KEYS
@@ -142,15 +142,15 @@ def test_409_feature_disabled_before_the_rest_of_the_request(server):
     assert file_ids(server, api_key=key) == files
 
     # Standard priority still works for this organization.
-    resp = create(server, api_key=key, requests=[chat("req-1")], priority="standard")
+    resp = post_batch(server, api_key=key, requests=[chat("req-1")], priority="standard")
     assert resp.status_code == 200, resp.text
     assert resp.json()["priority"] == "standard"
     # Another organization has expedited, as does this one once turned back on.
-    resp = create(server, requests=[chat("req-1")], priority="expedited")
+    resp = post_batch(server, requests=[chat("req-1")], priority="expedited")
     assert resp.status_code == 200, resp.text
     assert resp.json()["priority"] == "expedited"
     assert server.admin("org", "set", no_expedited, "--expedited", "on").returncode == 0
-    resp = create(server, api_key=key, input_file_id=file_id, priority="expedited")
+    resp = post_batch(server, api_key=key, input_file_id=file_id, priority="expedited")
     assert resp.status_code == 200, resp.text
     assert resp.json()["priority"] == "expedited"
     assert len(batch_ids(server, api_key=key)) == 2
@@ -204,8 +204,8 @@ def test_400_bad_fields_and_404_files(server):
                  "invalid_request_error")
 
     # Unknown, and another organization's, file ids: the same 404.
-    unknown = create(server, input_file_id=UNKNOWN_FILE)
-    foreign = create(server, input_file_id=other_file)
+    unknown = post_batch(server, input_file_id=UNKNOWN_FILE)
+    foreign = post_batch(server, input_file_id=other_file)
     assert unknown.status_code == foreign.status_code == 404, (unknown.text, foreign.text)
     assert unknown.json()["error"]["code"] == "not_found"
     assert foreign.text.replace(other_file, "ID") == unknown.text.replace(UNKNOWN_FILE, "ID")
@@ -214,13 +214,13 @@ def test_400_bad_fields_and_404_files(server):
 
     # The boundaries themselves pass: 32 keys, a 64-character key, a 512-character value.
     metadata = {f"k{i}": "v" for i in range(30)} | {"k" * 64: "v", "long": "v" * 512}
-    resp = create(server, input_file_id=file_id, metadata=metadata)
+    resp = post_batch(server, input_file_id=file_id, metadata=metadata)
     assert resp.status_code == 200, resp.text
     assert resp.json()["metadata"] == metadata
     # A file that is not a batch input (here a rejections file) is a 400 on input_file_id.
-    resp = create(server, requests=[chat("a"), chat("b", stream=True)])
+    resp = post_batch(server, requests=[chat("a"), chat("b", stream=True)])
     assert resp.status_code == 200, resp.text
-    error_of(create(server, input_file_id=resp.json()["rejected_records_file_id"]), 400, "invalid_request_error",
+    error_of(post_batch(server, input_file_id=resp.json()["rejected_records_file_id"]), 400, "invalid_request_error",
              param="input_file_id")
     assert len(batch_ids(server)) == 2
 
@@ -236,9 +236,9 @@ def test_workflow_refuses_the_whole_create(make_server):
         if content is not None:
             file_id = upload(server, content)
             uploads.add(file_id)
-            resp = create(server, input_file_id=file_id)
+            resp = post_batch(server, input_file_id=file_id)
         else:
-            resp = create(server, requests=requests)
+            resp = post_batch(server, requests=requests)
         error = error_of(resp, 400, code)
         assert set(error) == ENVELOPE_KEYS  # no rejected_records: nothing was judged record by record
         return error
@@ -286,9 +286,9 @@ def test_input_too_large_and_unreadable(make_server):
 
     def refused(content: bytes | None = None, requests: list[Any] | None = None, *, code: str):
         if content is not None:
-            resp = create(server, input_file_id=upload(server, content))
+            resp = post_batch(server, input_file_id=upload(server, content))
         else:
-            resp = create(server, requests=requests)
+            resp = post_batch(server, requests=requests)
         error = error_of(resp, 400, code)
         assert set(error) == ENVELOPE_KEYS
 
@@ -313,9 +313,9 @@ def test_input_too_large_and_unreadable(make_server):
     assert batch_ids(server) == []
 
     # Five records with blank lines between, one of exactly 2000 bytes: accepted.
-    resp = create(server, input_file_id=upload(server, jsonl(BLANK, *six[:2], BLANK, BLANK, padded, *six[2:4])))
+    resp = post_batch(server, input_file_id=upload(server, jsonl(BLANK, *six[:2], BLANK, BLANK, padded, *six[2:4])))
     assert resp.status_code == 200, resp.text
     assert resp.json()["request_counts"] == {"total": 5, "completed": 0, "failed": 0}
-    resp = create(server, requests=six[:5])
+    resp = post_batch(server, requests=six[:5])
     assert resp.status_code == 200, resp.text
     assert len(batch_ids(server)) == 2

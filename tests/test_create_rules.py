@@ -10,22 +10,22 @@ from typing import Any
 
 import orjson
 
-from tests.support.execution import batch_usage
-from tests.support.records import (
+from tests.support.batches import (
     BATCH_ID,
     BLANK,
     CHAT,
     EMBEDDINGS,
     FILE_ID,
     batch_ids,
+    batch_usage,
     chat,
-    content_lines,
-    create,
-    create_from,
     embed,
     error_of,
     jsonl,
     line,
+    lines_of,
+    post_batch,
+    post_batch_from,
     upload,
     without,
 )
@@ -211,7 +211,7 @@ def test_every_record_rule_in_a_file_and_inline(make_server, engine_url):
             expected.append((len(items), custom_id, code, message))
     items.append(BLANK)
 
-    resp = create_from(server, jsonl(*items))
+    resp = post_batch_from(server, jsonl(*items))
     assert resp.status_code == 200, resp.text
     batch = resp.json()
     _check_rejections(batch["rejected_records"], expected)
@@ -220,7 +220,7 @@ def test_every_record_rule_in_a_file_and_inline(make_server, engine_url):
     assert batch["model"] == "test/echo"
     assert batch["status"] == "validating"
     # The rejections file holds the very same objects, readable at once.
-    assert content_lines(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
+    assert lines_of(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
 
     # The same rules inline, where line is the position in requests, from 1.
     requests: list[Any] = []
@@ -235,13 +235,13 @@ def test_every_record_rule_in_a_file_and_inline(make_server, engine_url):
         requests.append(record)
         if code is not None:
             expected.append((len(requests), custom_id, code, message))
-    resp = create(server, requests=requests)
+    resp = post_batch(server, requests=requests)
     assert resp.status_code == 200, resp.text
     batch = resp.json()
     _check_rejections(batch["rejected_records"], expected)
     assert batch["rejected_count"] == len(expected)
     assert batch["request_counts"] == {"total": len(requests), "completed": 0, "failed": len(expected)}
-    assert content_lines(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
+    assert lines_of(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
 
 
 def test_duplicates_reject_every_occurrence_and_land_in_the_error_file(server, engine):
@@ -260,7 +260,7 @@ def test_duplicates_reject_every_occurrence_and_land_in_the_error_file(server, e
         {**chat("dup-c"), "tool_config": _stray_tool_config()},  # 12
         chat("dup-c", model="test/embed"),  # 13
     ]
-    resp = create_from(server, jsonl(*items))
+    resp = post_batch_from(server, jsonl(*items))
     assert resp.status_code == 200, resp.text
     batch = resp.json()
     expected = [
@@ -284,9 +284,9 @@ def test_duplicates_reject_every_occurrence_and_land_in_the_error_file(server, e
     assert done["request_counts"] == {"total": 12, "completed": 2, "failed": 10}
     # None of the duplicates ran: only ok-1 and ok-2 reached the engine and the output file.
     assert sorted(r["body"]["messages"][0]["content"] for r in engine.requests()) == ["one", "two"]
-    output = content_lines(server, done["output_file_id"])
+    output = lines_of(server, done["output_file_id"])
     assert sorted(r["custom_id"] for r in output) == ["ok-1", "ok-2"]
-    errors = content_lines(server, done["error_file_id"])
+    errors = lines_of(server, done["error_file_id"])
     by_message = sorted(errors, key=lambda r: int(r["error"]["message"].split(":")[0].removeprefix("line ")))
     assert len(by_message) == len(expected)
     for got, rejection in zip(by_message, batch["rejected_records"], strict=True):
@@ -308,7 +308,7 @@ def test_batch_model_is_the_first_record_passing_every_rule(server):
         embed("e-8", model="test/echo"),  # 8
         embed("e-9", model="test/embed", openrelay={"workflows": {}}),  # 9: unknown_extension, not mismatch
     ]
-    resp = create_from(server, jsonl(*items), endpoint=EMBEDDINGS)
+    resp = post_batch_from(server, jsonl(*items), endpoint=EMBEDDINGS)
     assert resp.status_code == 200, resp.text
     batch = resp.json()
     assert batch["model"] == "test/echo"
@@ -323,7 +323,7 @@ def test_batch_model_is_the_first_record_passing_every_rule(server):
     assert batch["request_counts"] == {"total": 8, "completed": 0, "failed": 6}
 
     # Inline, the same rule by position; test/embed decides here.
-    resp = create(server, endpoint=EMBEDDINGS, requests=[
+    resp = post_batch(server, endpoint=EMBEDDINGS, requests=[
         embed("i-1", model="test/echo", stream=True),
         embed("i-2", model="test/embed"),
         embed("i-3", model="test/echo"),
@@ -361,19 +361,19 @@ def test_long_custom_ids_are_cut_to_512_escaped_bytes(server, engine):
     long_ok = "g" * 600
     items = [chat(cid, stream=True) for cid, _ in cases]
     items += [chat(long_ok + "1", text="x1"), chat(long_ok + "2", text="x2")]  # alike when cut, yet distinct
-    resp = create_from(server, jsonl(*items))
+    resp = post_batch_from(server, jsonl(*items))
     assert resp.status_code == 200, resp.text
     batch = resp.json()
     _check_rejections(batch["rejected_records"], [
         (n, shown, "streaming_unsupported", STREAMING) for n, (_cid, shown) in enumerate(cases, 1)
     ])
-    assert content_lines(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
+    assert lines_of(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
     done = server.wait(batch["id"])
     assert done["request_counts"] == {"total": len(items), "completed": 2, "failed": len(cases)}
-    assert sorted(r["custom_id"] for r in content_lines(server, done["output_file_id"])) == [
+    assert sorted(r["custom_id"] for r in lines_of(server, done["output_file_id"])) == [
         long_ok + "1", long_ok + "2"]
     errors = {int(r["error"]["message"].split(":")[0].removeprefix("line ")): r
-              for r in content_lines(server, done["error_file_id"])}
+              for r in lines_of(server, done["error_file_id"])}
     assert sorted(errors) == list(range(1, len(cases) + 1))
     for n, (_cid, shown) in enumerate(cases, 1):
         assert errors[n]["custom_id"] == shown
@@ -386,7 +386,7 @@ def test_create_answer_follows_the_seed(server, engine):
     content = jsonl(chat("req-1"), chat("req-2", stream=True), chat("req-3"), chat("req-1"))
     file_id = upload(server, content)
     before = int(time.time())
-    resp = create(server, input_file_id=file_id, endpoint=CHAT, completion_window="24h",
+    resp = post_batch(server, input_file_id=file_id, endpoint=CHAT, completion_window="24h",
                   metadata={"job": "nightly-summaries"})
     after = int(time.time())
     assert resp.status_code == 200, resp.text
@@ -417,7 +417,7 @@ def test_create_answer_follows_the_seed(server, engine):
     ]
     assert FILE_ID.match(batch["rejected_records_file_id"])
     assert batch["rejected_records_file_id"] != file_id
-    assert content_lines(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
+    assert lines_of(server, batch["rejected_records_file_id"]) == batch["rejected_records"]
 
     # The three create-only fields are on the create answer alone.
     got = server.http("GET", f"/batches/{batch['id']}").json()
@@ -429,7 +429,7 @@ def test_create_answer_follows_the_seed(server, engine):
     assert done["status"] == "completed"
     assert done["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
     # The seed's error lines: the rejection's code, "line N: " before its message, no status_code.
-    errors = sorted(content_lines(server, done["error_file_id"]), key=lambda r: r["error"]["message"])
+    errors = sorted(lines_of(server, done["error_file_id"]), key=lambda r: r["error"]["message"])
     assert errors == [
         {"id": "batch_req_req-1", "custom_id": "req-1", "response": None,
          "error": {"code": "duplicate_custom_id", "message": f"line 1: {DUPLICATE}"}},
@@ -438,11 +438,11 @@ def test_create_answer_follows_the_seed(server, engine):
         {"id": "batch_req_req-1", "custom_id": "req-1", "response": None,
          "error": {"code": "duplicate_custom_id", "message": f"line 4: {DUPLICATE}"}},
     ]
-    assert [r["custom_id"] for r in content_lines(server, done["output_file_id"])] == ["req-3"]
+    assert [r["custom_id"] for r in lines_of(server, done["output_file_id"])] == ["req-3"]
 
 
 def test_a_create_without_rejections_has_only_the_count(server):
-    resp = create(server, requests=[chat("req-1"), chat("req-2")])
+    resp = post_batch(server, requests=[chat("req-1"), chat("req-2")])
     assert resp.status_code == 200, resp.text
     batch = resp.json()
     assert set(batch) == BATCH_FIELDS | {"rejected_count"}
@@ -456,7 +456,7 @@ def test_no_valid_records_creates_nothing(server):
     """The seed's 400: every record rejected, the same fields under error, no batch."""
     content = jsonl(chat("req-1", model="openrelay/unknown"), b'{"custom_id": "req-2", "method": no}')
     input_id = upload(server, content)
-    resp = create(server, input_file_id=input_id)
+    resp = post_batch(server, input_file_id=input_id)
     error = error_of(resp, 400, "no_valid_records")
     assert set(error) == {"message", "type", "code", "param", "rejected_records", "rejected_records_file_id",
                           "rejected_count", "request_counts"}
@@ -469,15 +469,15 @@ def test_no_valid_records_creates_nothing(server):
     assert FILE_ID.match(error["rejected_records_file_id"]) and error["rejected_records_file_id"] != input_id
     assert error["rejected_count"] == 2
     assert error["request_counts"] == {"total": 2, "completed": 0, "failed": 2}
-    assert content_lines(server, error["rejected_records_file_id"]) == error["rejected_records"]
+    assert lines_of(server, error["rejected_records_file_id"]) == error["rejected_records"]
 
     # Inline, with blank-free positions; three records, all rejected.
-    resp = create(server, requests=[chat("a", stream=True), chat("a"), "not a record"])
+    resp = post_batch(server, requests=[chat("a", stream=True), chat("a"), "not a record"])
     error = error_of(resp, 400, "no_valid_records")
     assert error["message"] == "all 3 records were rejected; see rejected_records"
     assert [(r["line"], r["custom_id"], r["code"]) for r in error["rejected_records"]] == [
         (1, "a", "duplicate_custom_id"), (2, "a", "duplicate_custom_id"), (3, "", "invalid_json")]
     assert error["rejected_count"] == 3
     assert error["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
-    assert content_lines(server, error["rejected_records_file_id"]) == error["rejected_records"]
+    assert lines_of(server, error["rejected_records_file_id"]) == error["rejected_records"]
     assert batch_ids(server) == []

@@ -14,6 +14,8 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.support.browser import chromium, csrf_of, dashboard_root, sign_in
 
+pytestmark = pytest.mark.slow  # Chromium
+
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 XSS_TAG = "<script>window.__pwned='tag'</script>"
 XSS_VALUE = '"><img src=x onerror="window.__pwned=\'value\'">'

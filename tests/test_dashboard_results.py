@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from tests.support.batches import chat, create, org_key, wait_for
 from tests.support.browser import chromium, dashboard_root, sign_in
-from tests.support.execution import chat, create, wait_for
-from tests.support.records import org_key
+
+pytestmark = pytest.mark.slow  # Chromium
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 

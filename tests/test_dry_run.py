@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from tests.support.execution import chat
+from tests.support.batches import chat
 
 SERVER_PER_MODULE = True
 
@@ -135,6 +135,7 @@ def _dry_then_real(server, endpoint: str, records: list[dict]) -> tuple[dict, di
     return dry.json()["openrelay"]["estimate"], server.wait(real.json()["id"], timeout=300)
 
 
+@pytest.mark.slow
 def test_llama_cpp_counts_are_exact(builtin):
     model = "openrelay/smollm2-135m"
     records = [
@@ -153,6 +154,7 @@ def test_llama_cpp_counts_are_exact(builtin):
     assert estimate["min_cost_nano_usd"] <= done["usage"]["cost_nano_usd"] <= estimate["max_cost_nano_usd"]
 
 
+@pytest.mark.slow
 def test_embeddings_counts_are_exact_with_no_output(builtin):
     records = [{"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
                 "body": {"model": "openrelay/minilm-l6", "input": text}}
@@ -164,6 +166,7 @@ def test_embeddings_counts_are_exact_with_no_output(builtin):
     assert estimate["min_cost_nano_usd"] == estimate["max_cost_nano_usd"] == done["usage"]["cost_nano_usd"]
 
 
+@pytest.mark.slow
 def test_ocr_counts_by_the_engines_rule(builtin):
     png = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
            "AAAABJRU5ErkJggg==")  # one pixel

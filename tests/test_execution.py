@@ -5,17 +5,7 @@ Scheduling (slots, priority, concurrency), expiry and crash recovery are in test
 
 from __future__ import annotations
 
-from tests.support.execution import (
-    chat,
-    cost,
-    create,
-    create_from_file,
-    get,
-    prompt_text,
-    results,
-    usage_of,
-    wait_for,
-)
+from tests.support.batches import chat, cost, create, create_from_file, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import TEST_CATALOG
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)

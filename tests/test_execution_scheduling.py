@@ -8,7 +8,7 @@ import orjson
 
 from openrelay.store.db import Database
 from openrelay.store.schema import batches
-from tests.support.execution import (
+from tests.support.batches import (
     TERMINAL,
     batch_usage,
     chat,

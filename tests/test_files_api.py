@@ -11,7 +11,7 @@ import openai
 import orjson
 import pytest
 
-from tests.support.records import error_of
+from tests.support.batches import error_of
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.records import CHAT, EMBEDDINGS, ENVELOPE_KEYS
+from tests.support.batches import CHAT, EMBEDDINGS, ENVELOPE_KEYS
 
 EXAMPLES = int(os.environ.get("OPENRELAY_FUZZ_EXAMPLES", "200"))
 RANDOM = os.environ.get("OPENRELAY_FUZZ_RANDOM") == "1"  # the long run's fresh cases; the suite's are fixed
@@ -34,7 +34,7 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM, da
                                        HealthCheck.data_too_large, HealthCheck.large_base_example])
 TALLY: Counter[str] = Counter()  # requests by route and status, printed at the end of a run
 # Hypothesis warns when a failing case's repr is large; a deep-nesting case is large by design.
-pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")]
 
 
 # -- JSON text with the shapes parsers trip on -------------------------------------------------------------------

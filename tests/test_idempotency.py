@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from openrelay.store.db import Database
 from openrelay.store.schema import idempotency_keys
-from tests.support.records import CHAT, batch_ids, chat, error_of, file_ids, jsonl, org_key, upload
+from tests.support.batches import CHAT, batch_ids, chat, error_of, file_ids, jsonl, org_key, upload
 from tests.support.server import Server, free_port
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)

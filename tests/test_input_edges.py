@@ -14,17 +14,17 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.support.records import (
+from tests.support.batches import (
     BLANK,
     CHAT,
     ENVELOPE_KEYS,
     batch_ids,
     chat,
-    create,
-    create_from,
     error_of,
     file_ids,
     jsonl,
+    post_batch,
+    post_batch_from,
     upload,
 )
 
@@ -79,7 +79,7 @@ def test_numbers_outside_the_float_range_are_invalid_json_in_a_file_and_inline(s
         (4, "", "invalid_json", RANGE.format("1.5E+999")),
         (5, "", "invalid_json", RANGE.format("1" + "0" * 60 + "...")),
     ]
-    from_file = create_from(server, jsonl(*lines))
+    from_file = post_batch_from(server, jsonl(*lines))
     assert from_file.status_code == 200, from_file.text
     assert _rejections(from_file) == expected
     assert from_file.json()["request_counts"] == {"total": 9, "completed": 0, "failed": 5}
@@ -128,13 +128,13 @@ def test_odd_inline_records_are_judged_like_file_lines_on_one_connection(server)
     inline = _post_raw(server, _inline(*lines))
     assert inline.status_code == 200, inline.text
     assert _rejections(inline) == expected
-    from_file = create_from(server, jsonl(*lines))
+    from_file = post_batch_from(server, jsonl(*lines))
     assert from_file.status_code == 200, from_file.text
     assert _rejections(from_file) == expected
 
     # Nesting past the parsers' 1024 levels: in a file that line's invalid_json, in Go's words for the limit;
     # inline the body as a whole cannot be read.
-    resp = create_from(server, jsonl(too_deep, orjson.dumps(chat("ok"))))
+    resp = post_batch_from(server, jsonl(too_deep, orjson.dumps(chat("ok"))))
     assert resp.status_code == 200, resp.text
     assert _rejections(resp) == [(1, "", "invalid_json", "invalid character '[' exceeded max depth")]
     error = error_of(_post_raw(server, _inline(too_deep)), 400, "invalid_request_error")
@@ -143,7 +143,7 @@ def test_odd_inline_records_are_judged_like_file_lines_on_one_connection(server)
 
 def test_a_byte_order_mark_is_not_part_of_the_first_record(server):
     content = BOM + jsonl(chat("first"), BLANK, b"{oops", chat("second"))
-    resp = create_from(server, content)
+    resp = post_batch_from(server, content)
     assert resp.status_code == 200, resp.text
     # Line numbers are unchanged: the bad line is still line 3.
     assert _rejections(resp) == [(3, "", "invalid_json", "invalid character 'o' looking for beginning of "
@@ -155,14 +155,14 @@ def test_a_byte_order_mark_is_not_part_of_the_first_record(server):
     output = server.http("GET", f"/files/{batch['output_file_id']}/content")
     assert sorted(orjson.loads(raw)["custom_id"] for raw in output.content.splitlines()) == ["first", "second"]
     # A mark anywhere else is the record's own bytes, refused as Go refuses it.
-    resp = create_from(server, jsonl(chat("a"), BOM + orjson.dumps(chat("b"))))
+    resp = post_batch_from(server, jsonl(chat("a"), BOM + orjson.dumps(chat("b"))))
     assert _rejections(resp) == [(2, "", "invalid_json", "invalid character 'ï' looking for beginning of value")]
 
 
 def test_an_input_with_no_records_says_so(server):
     before = set(batch_ids(server))
     for content in (b"", b"\n\n\n", b"  \n\t\n", BOM, BOM + b"\n\n"):
-        error = error_of(create_from(server, content), 400, "no_valid_records")
+        error = error_of(post_batch_from(server, content), 400, "no_valid_records")
         assert error["message"] == NO_RECORDS, content
         assert set(error) == ENVELOPE_KEYS | {"rejected_records", "rejected_records_file_id", "rejected_count",
                                               "request_counts"}
@@ -172,7 +172,7 @@ def test_an_input_with_no_records_says_so(server):
         assert rejections.status_code == 200 and rejections.content == b""
     assert set(batch_ids(server)) == before
     # One record, rejected, still counts as a record.
-    error = error_of(create_from(server, jsonl(BLANK, b"{oops")), 400, "no_valid_records")
+    error = error_of(post_batch_from(server, jsonl(BLANK, b"{oops")), 400, "no_valid_records")
     assert error["message"] == "all 1 records were rejected; see rejected_records"
 
 
@@ -181,7 +181,7 @@ def test_an_unknown_top_level_field_is_refused_by_name(server):
     files = file_ids(server)
 
     def refused(param: str, **fields: Any) -> dict[str, Any]:
-        return error_of(create(server, **fields), 400, "invalid_request_error", param=param)
+        return error_of(post_batch(server, **fields), 400, "invalid_request_error", param=param)
 
     error = refused("completion_windows", input_file_id=file_id, completion_windows="24h")
     assert error["message"] == "Unrecognized request argument supplied: completion_windows"
@@ -198,7 +198,7 @@ def test_an_unknown_top_level_field_is_refused_by_name(server):
 
     # Step 4 (the feature switch) comes before it.
     assert server.admin("org", "set", "default", "--expedited", "off").returncode == 0
-    error_of(create(server, input_file_id=file_id, priority="expedited", completion_windows="24h"), 409,
+    error_of(post_batch(server, input_file_id=file_id, priority="expedited", completion_windows="24h"), 409,
              "feature_disabled")
     assert server.admin("org", "set", "default", "--expedited", "on").returncode == 0
 
@@ -207,13 +207,13 @@ def test_an_unknown_top_level_field_is_refused_by_name(server):
     batch = client.batches.create(input_file_id=file_id, endpoint=CHAT, completion_window="24h",
                                   metadata={"job": "sdk"})
     assert batch.metadata == {"job": "sdk"}
-    resp = create(server, input_file_id=file_id, metadata=None, priority="standard")
+    resp = post_batch(server, input_file_id=file_id, metadata=None, priority="standard")
     assert resp.status_code == 200, resp.text
 
 
 def test_ids_and_filters_holding_nul_are_unknown(server):
     file_id = upload(server, jsonl(chat("req-1")))
-    batch = create(server, input_file_id=file_id)
+    batch = post_batch(server, input_file_id=file_id)
     assert batch.status_code == 200, batch.text
 
     def unknown(resp: httpx.Response, param: str) -> None:
@@ -228,7 +228,7 @@ def test_ids_and_filters_holding_nul_are_unknown(server):
     unknown(server.http("DELETE", "/files/%00x"), "file_id")
     unknown(server.http("GET", "/batches", params={"after": "\x00x"}), "after")
     unknown(server.http("GET", "/files", params={"after": "\x00x"}), "after")
-    unknown(create(server, input_file_id="\x00x"), "file_id")
+    unknown(post_batch(server, input_file_id="\x00x"), "file_id")
     for params in ({"model": "\x00"}, {"tag": "a\x00"}):
         resp = server.http("GET", "/batches", params=params)
         assert resp.status_code == 200 and resp.json()["data"] == [], resp.text

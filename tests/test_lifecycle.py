@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from tests.support.execution import batch_usage, chat, create, get, prompt_text, results, usage_of, wait_for
+from tests.support.batches import batch_usage, chat, create, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import ORL
 
 

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.execution import create, results
+from tests.support.batches import create, results
 from tests.support.llama_cpp_server import llama_server_binary, start_llama_cpp_server, stop_llama_cpp_server
 from tests.support.server import Server, free_port
 
-pytestmark = pytest.mark.skipif(not llama_server_binary().exists(),
-                                reason=f"{llama_server_binary()} not built (scripts/setup.sh builds it)")
+pytestmark = [pytest.mark.slow,  # llama-server on SmolLM2
+              pytest.mark.skipif(not llama_server_binary().exists(),
+                                 reason=f"{llama_server_binary()} not built (scripts/setup.sh builds it)")]
 
 MODEL = "test/smollm2-llama-server"
 PARALLEL = 2

@@ -10,9 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.execution import batch_usage
+from tests.support.batches import batch_usage
 from tests.support.llama_server import start_llama_server, stop_llama_server
 from tests.support.server import Server, free_port
+
+pytestmark = pytest.mark.slow  # llama_cpp.server on SmolLM2
 
 MODEL = "test/smollm2-remote"
 KEY_ENV = "ORL_TEST_LLAMA_SERVER_KEY"

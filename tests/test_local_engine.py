@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import orjson
+import pytest
+
+pytestmark = pytest.mark.slow  # the built-in SmolLM2 through llama.cpp
 
 
 def test_builtin_catalog_runs_a_real_batch_through_smollm2(make_server):

@@ -24,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BACKEND
-from tests.support.execution import chat, create, create_from_file, get, results, usage_of, wait_for
+from tests.support.batches import chat, create, create_from_file, get, results, usage_of, wait_for
 from tests.support.seaweed import S3Bucket, s3_bucket, seaweed  # noqa: F401  (session fixtures)
 from tests.support.server import ORL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
+
+pytestmark = pytest.mark.slow  # SeaweedFS
 
 TIMING = {"OPENRELAY_TICK_SECONDS": "0.05", "OPENRELAY_RETRY_BASE_SECONDS": "0.05", "OPENRELAY_LEASE_SECONDS": "3",
           "OPENRELAY_FLUSH_RECORDS": "2"}  # chunks of two records: several chunk objects per batch

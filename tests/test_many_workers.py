@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from tests.support.execution import chat, create, get, results, wait_for
+from tests.support.batches import chat, create, get, results, wait_for
 from tests.support.server import ORL, Server
 
 

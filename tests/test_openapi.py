@@ -138,6 +138,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory, engine_url: str,
                                 f"{sum(_driven.values())} more requests driven on purpose")
 
 
+@pytest.mark.slow
 @schema.parametrize()
 def test_live_server_answers_as_documented(case: schemathesis.Case, live_server: Server) -> None:
     response = case.call_and_validate(base_url=live_server.base_url.removesuffix("/v1"),

@@ -6,7 +6,7 @@ import re
 
 import httpx
 
-from tests.support.execution import chat, create, get, prompt_text, results, usage_of, wait_for
+from tests.support.batches import chat, create, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import TEST_CATALOG, free_port
 from tests.support.test_engine import EngineControl, start_test_engine, stop_test_engine
 

@@ -18,7 +18,7 @@ import pytest
 from openrelay.blobs.local import LocalBlobStore
 from openrelay.blobs.s3 import S3BlobStore, S3Location
 from openrelay.service.partial_results import PartialFile, parse_result_file_id, read_partial
-from tests.support.execution import chat, create, get, wait_for
+from tests.support.batches import TERMINAL, chat, create, get, wait_for
 from tests.support.seaweed import s3_bucket, seaweed  # noqa: F401  (session fixtures)
 from tests.support.server import ORL
 
@@ -137,7 +137,7 @@ def test_follower_sees_every_line_once_while_chunks_land(server, engine):
     def follow() -> None:
         read = 0
         while True:
-            ended = get(server, batch_id)["status"] in ("completed", "failed", "expired", "cancelled")
+            ended = get(server, batch_id)["status"] in TERMINAL
             answer = _content(server, out_id, range=f"bytes={read}-")
             if answer.status_code == 206:
                 pieces.append(answer.content)
@@ -222,7 +222,7 @@ def test_cli_results_follow_prints_each_line_once_and_exits_at_the_end(server, e
     assert missing.returncode == 4
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
 def blob_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "local":
         return LocalBlobStore(tmp_path)
@@ -271,6 +271,7 @@ def test_result_file_ids(file_id, parsed):
     assert (found and (found.batch_id, found.kind)) == parsed or (found is None and parsed is None)
 
 
+@pytest.mark.slow
 def test_partial_files_on_s3(make_server, engine, s3_bucket):  # noqa: F811
     """The same promise with every blob in a bucket: chunks read back while the batch runs, then the composed
     file, which begins with what was read."""

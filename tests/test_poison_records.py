@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.execution import chat, create, create_from_file, get, results, wait_for
+from tests.support.batches import chat, create, create_from_file, get, results, wait_for
 from tests.support.server import ORL, TEST_CATALOG, free_port
 
 FAST_RUN_RETRIES = {"OPENRELAY_RUN_ATTEMPTS": "3", "OPENRELAY_RUN_RETRY_BASE_SECONDS": "3",
@@ -128,6 +128,7 @@ def test_a_catalog_field_of_the_wrong_type_is_a_start_up_error(tmp_path):
     assert done.returncode == 2 and "wrong type" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_malformed_chat_record_on_the_builtin_model_is_its_own_400_line(make_server):
     server = make_server(catalog="builtin")
     model = "openrelay/smollm2-135m"

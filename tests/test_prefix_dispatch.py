@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.execution import create, create_from_file, get, results, wait_for
+from tests.support.batches import create, create_from_file, get, results, wait_for
 from tests.support.server import TEST_CATALOG
 from tests.support.test_engine import EngineControl, running_test_engine, start_test_engine, stop_test_engine
 

@@ -29,7 +29,7 @@ from openrelay.prefix import (
     read_entries,
 )
 from openrelay.validation.scan import file_lines, inline_lines, scan_records
-from tests.support.records import CHAT, EMBEDDINGS, create, embed, jsonl, upload
+from tests.support.batches import CHAT, EMBEDDINGS, embed, jsonl, post_batch, upload
 from tests.support.server import TEST_CATALOG, Server
 
 CATALOG = parse_catalog("""
@@ -256,7 +256,7 @@ def test_a_chat_batch_stores_its_dispatch_order(api_server, how):
     records = shuffled_records()
     content = BOM + jsonl(*records) if how == "file" else None
     fields: dict[str, Any] = {"input_file_id": upload(api_server, content)} if content else {"requests": records}
-    answer = create(api_server, **fields)
+    answer = post_batch(api_server, **fields)
     assert answer.status_code == 200, answer.text
     batch = answer.json()
     with open(dispatch_blob(api_server, batch["id"]), "rb") as handle:
@@ -273,22 +273,23 @@ def test_no_order_is_stored_without_grouping_or_for_embeddings(make_server, engi
     catalog = TEST_CATALOG.format(engine=engine_url, slots=1, concurrency=1).replace(
         'name = "test/echo"\n', 'name = "test/echo"\nprefix_grouping = false\n', 1)
     server = make_server(catalog=catalog, args=("--no-worker",))
-    answer = create(server, requests=shuffled_records())
+    answer = post_batch(server, requests=shuffled_records())
     assert answer.status_code == 200, answer.text
     assert not dispatch_blob(server, answer.json()["id"]).exists()
     long_text = SYSTEMS["big"]
-    answer = create(server, endpoint=EMBEDDINGS, requests=[embed(f"e{i}", "test/embed", long_text) for i in range(4)])
+    answer = post_batch(server, endpoint=EMBEDDINGS,
+                        requests=[embed(f"e{i}", long_text, "test/embed") for i in range(4)])
     assert answer.status_code == 200, answer.text
     assert not dispatch_blob(server, answer.json()["id"]).exists()
 
 
 def test_short_prompts_store_no_order_and_a_dry_run_estimates_the_reuse(api_server):
     short = [chat_record(f"s{i}", "Be brief.", f"q{i}") for i in range(5)]
-    answer = create(api_server, requests=short)
+    answer = post_batch(api_server, requests=short)
     assert answer.status_code == 200, answer.text
     assert not dispatch_blob(api_server, answer.json()["id"]).exists()  # nothing to share: input order
 
-    dry = create(api_server, requests=shuffled_records(), dry_run=True)
+    dry = post_batch(api_server, requests=shuffled_records(), dry_run=True)
     assert dry.status_code == 200, dry.text
     estimate = dry.json()["openrelay"]["estimate"]
     records = shuffled_records()

@@ -25,7 +25,7 @@ from openrelay.store.compiled import CompiledRead, First, run_plan
 from openrelay.store.db import Database
 from openrelay.store.read_cache import KeptRows, ReadCache
 from openrelay.store.schema import organizations
-from tests.support.execution import chat, create, wait_for
+from tests.support.batches import chat, create, wait_for
 from tests.support.server import PG_ADMIN_URL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 
 

@@ -4,7 +4,6 @@ from upload to results parsed by its own ``Response`` model, the create rules, b
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,12 +13,12 @@ import orjson
 import pytest
 from openai.types.responses import Response
 
-from tests.support.execution import cost, create, results, usage_of
+from tests.support.batches import cost, create, results, usage_of
 from tests.support.mcp_server import running_mcp_server
+from tests.support.polling import until_terminal
 from tests.support.server import TEST_CATALOG
 
 RESPONSES = "/v1/responses"
-TERMINAL = ("completed", "failed", "expired", "cancelled")
 
 
 def catalog(engine_url: str, *allow: str) -> str:
@@ -41,11 +40,7 @@ def run_with_sdk(client: openai.OpenAI, records: list[dict[str, Any]]) -> tuple[
     uploaded = client.files.create(file=("requests.jsonl", data), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint=RESPONSES, completion_window="24h")
     assert batch.endpoint == RESPONSES and batch.status == "validating"
-    deadline = time.time() + 120
-    while batch.status not in TERMINAL:
-        assert time.time() < deadline, f"batch still {batch.status}"
-        time.sleep(0.1)
-        batch = client.batches.retrieve(batch.id)
+    batch = until_terminal(lambda: client.batches.retrieve(batch.id), f"batch {batch.id}")
     lines = [orjson.loads(raw) for file_id in (batch.output_file_id, batch.error_file_id) if file_id
              for raw in client.files.content(file_id).content.splitlines()]
     out = {line["custom_id"]: line for line in lines if line["response"] is not None}

@@ -79,6 +79,7 @@ def test_what_the_local_model_cannot_honour_is_refused(body, message):
     assert isinstance(problem, str) and problem.startswith(message), problem
 
 
+@pytest.mark.slow
 def test_builtin_model_answers_a_responses_batch_through_the_sdk(make_server):
     server = make_server(catalog="builtin")
     client = server.client()

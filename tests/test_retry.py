@@ -8,8 +8,7 @@ import time
 import openai
 import orjson
 
-from tests.support.execution import chat, create, get, wait_for, wait_letting_held_through
-from tests.support.records import upload
+from tests.support.batches import chat, create, get, upload, wait_for, wait_letting_held_through
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 

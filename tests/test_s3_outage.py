@@ -14,10 +14,11 @@ import sqlalchemy as sa
 
 from openrelay.errors import StoreError, StoreUnavailable
 from openrelay.store.db import Database
-from tests.support.execution import chat, create, results, usage_of, wait_for
-from tests.support.records import jsonl, upload
+from tests.support.batches import chat, create, jsonl, results, upload, usage_of, wait_for
 from tests.support.seaweed import Seaweed, pause_seaweed, resume_seaweed, start_seaweed, stop_seaweed
 from tests.support.server import Server, free_port
+
+pytestmark = pytest.mark.slow  # a SeaweedFS of its own
 
 
 class Outage:

@@ -10,10 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
 
-from tests.support.records import chat, jsonl, upload
+from tests.support.batches import chat, jsonl, upload
 from tests.support.seaweed import S3Bucket, s3_bucket, seaweed  # noqa: F401  (session fixtures)
 from tests.support.server import ORL, Server
+
+pytestmark = pytest.mark.slow  # SeaweedFS
 
 BIG_TEXT = "x" * 1_000_000  # nine of these make an input and an output past one 8 MiB part: multipart both ways
 # What orl serve itself keeps in its data dir besides blobs (the SQLite store, the catalog, its log, its key).

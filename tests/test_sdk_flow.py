@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import orjson
+
+from tests.support.polling import until_terminal
 
 
 def _record(custom_id: str, text: str, model: str = "test/echo") -> bytes:
@@ -21,10 +21,7 @@ def test_sdk_upload_create_poll_download(server, engine, tmp_path):
     assert f.purpose == "batch" and f.bytes == path.stat().st_size
     b = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert b.status == "validating" and b.request_counts.total == 5
-    deadline = time.time() + 60
-    while b.status not in ("completed", "failed", "expired", "cancelled") and time.time() < deadline:
-        time.sleep(0.1)
-        b = client.batches.retrieve(b.id)
+    b = until_terminal(lambda: client.batches.retrieve(b.id), f"batch {b.id}", timeout=60)
     assert b.status == "completed"
     assert b.output_file_id == f"file-{b.id}-output" and b.error_file_id is None
     assert b.request_counts.completed == 5 and b.request_counts.failed == 0

@@ -7,7 +7,7 @@ import re
 
 import httpx
 
-from tests.support.execution import chat, create, get, results, usage_of, wait_for
+from tests.support.batches import chat, create, get, results, usage_of, wait_for
 
 FAST = {"OPENRELAY_RETRY_ATTEMPTS": "3", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.2", "OPENRELAY_OUTAGE_MAX_SECONDS": "0.5"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.execution import chat, create, results, usage_of, wait_for
+from tests.support.batches import chat, create, results, usage_of, wait_for
 from tests.support.server import TEST_CATALOG, Server, free_port
 
 FLUSH, CONCURRENCY, TOTAL = 20, 8, 400

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.support.execution import chat, cost, create, get, results, usage_of, wait_for
+from tests.support.batches import chat, cost, create, get, results, usage_of, wait_for
 from tests.support.mcp_server import running_mcp_server
 from tests.support.server import TEST_CATALOG
 

@@ -23,7 +23,7 @@ from schemathesis import checks as st_checks
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.conftest import Servers, end_live_batches
-from tests.support.execution import chat, create, get, wait_for
+from tests.support.batches import chat, create, get, wait_for
 from tests.support.server import TEST_CATALOG, Server
 from tests.support.test_engine import EngineControl
 from tests.support.webhook_receiver import Receiver, running_receiver
@@ -95,7 +95,7 @@ def test_endpoints_through_the_api(org: Server, receiver: Receiver) -> None:
     public = register(org, "https://Hooks.Example.com/a/./b")  # a public name needs no allow entry
     assert public["url"] == "https://hooks.example.com/a/b"  # kept as it will be connected to
     listed = org.http("GET", "/webhooks").json()
-    assert listed == {"object": "list", "has_more": False, "data": [
+    assert listed == {"object": "list", "has_more": False, "first_id": made["id"], "last_id": public["id"], "data": [
         {k: v for k, v in made.items() if k != "secret"}, {k: v for k, v in public.items() if k != "secret"}]}
 
     other = org.for_new_org()  # another organization sees none of them and cannot remove them

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.execution import chat, create, wait_for
+from tests.support.batches import chat, create, wait_for
 from tests.support.server import ORL, Server
 from tests.support.webhook_receiver import Receiver, running_receiver
 from tests.test_webhooks import FAST, delivery_log, hook_catalog, name, register, verified

@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import openai
 
+from tests.support.polling import until_terminal
+
 REPO = Path(__file__).resolve().parents[2]
 ORL = str(Path(sys.executable).parent / "orl")
 PG_ADMIN_URL = os.environ.get("OPENRELAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -216,11 +218,9 @@ class Server:
         return view
 
     def wait(self, batch_id: str, timeout: float = 120.0, api_key: str | None = None) -> dict[str, Any]:
-        """Poll until the batch is terminal; returns it."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            batch = self.http("GET", f"/batches/{batch_id}", api_key=api_key).json()
-            if batch["status"] in ("completed", "failed", "expired", "cancelled"):
-                return batch
-            time.sleep(0.1)
-        raise AssertionError(f"batch {batch_id} not terminal after {timeout}s: {batch}\n{self.log()[-3000:]}")
+        """Poll until the batch has ended; returns it."""
+        try:
+            return until_terminal(lambda: self.http("GET", f"/batches/{batch_id}", api_key=api_key).json(),
+                                  f"batch {batch_id}", timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.log()[-3000:]}") from None
