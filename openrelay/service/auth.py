@@ -17,21 +17,36 @@ from ..runtime import Runtime
 from ..store.accounts import Accounts, hash_key
 from ..types import ApiKey
 
-__all__ = ["Keys", "MAX_KEY_CACHE_SECONDS", "authenticate", "require", "require_budget"]
+__all__ = ["Keys", "MAX_KEY_CACHE_SECONDS", "bearer_token", "authenticate", "authenticate_secret",
+           "require", "require_budget"]
 
 MAX_KEY_CACHE_SECONDS = 2.0  # CONTRACT: a revoked key stops working within two seconds
 _MAX_CACHED_KEYS = 10_000
 
 
-def _secret(authorization: str | None) -> str:
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (the scheme in any case, the token stripped), or
+    None for no header or another scheme. The one reading of the header, for API keys and the metrics token."""
     if not authorization or not authorization.lower().startswith("bearer "):
-        raise Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
+        return None
     return authorization[7:].strip()
+
+
+def _secret(authorization: str | None) -> str:
+    secret = bearer_token(authorization)
+    if secret is None:
+        raise Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
+    return secret
 
 
 def authenticate(rt: Runtime, authorization: str | None) -> ApiKey:
     """The caller's key as the store holds it now."""
     return _live_key(rt.accounts, _secret(authorization))
+
+
+def authenticate_secret(rt: Runtime, secret: str) -> ApiKey:
+    """The key of a secret given without a header (the dashboard's sign-in form), as the store holds it now."""
+    return _live_key(rt.accounts, secret.strip())
 
 
 def _live_key(accounts: Accounts, secret: str) -> ApiKey:
@@ -59,9 +74,8 @@ class Keys:
     def cached(self, authorization: str | None) -> ApiKey | None:
         """The key if the store showed it live less than ``ttl`` ago, else None (then ask ``for_read``). No I/O,
         so the event loop may call it."""
-        if not self._live or not authorization or not authorization.lower().startswith("bearer "):
-            return None
-        return self._remembered(hash_key(authorization[7:].strip()))
+        secret = bearer_token(authorization) if self._live else None
+        return None if secret is None else self._remembered(hash_key(secret))
 
     def for_read(self, authorization: str | None) -> ApiKey:
         """The key for a request that only reads: from memory when recent enough, else from the store."""

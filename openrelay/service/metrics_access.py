@@ -11,6 +11,7 @@ import hashlib
 import hmac
 
 from ..errors import Unauthorized
+from .auth import bearer_token
 
 __all__ = ["require_metrics_token"]
 
@@ -20,8 +21,8 @@ def require_metrics_token(expected: str | None, authorization: str | None) -> No
     carries it. Compared in constant time, over digests so that not even the token's length leaks."""
     if expected is None:
         return
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(given.strip()), _digest(expected)):
+    given = bearer_token(authorization)
+    if given is None or not hmac.compare_digest(_digest(given), _digest(expected)):
         raise Unauthorized("GET /metrics needs the operator's metrics token: send 'Authorization: Bearer <token>'",
                            code="invalid_metrics_token")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import Unauthorized
 from ..runtime import Runtime
 from ..types import ApiKey
-from .auth import authenticate
+from .auth import authenticate_secret
 
 __all__ = ["SESSION_SECONDS", "sign_in", "session_key", "sign_out"]
 
@@ -18,7 +18,7 @@ SESSION_SECONDS = 12 * 3600  # a sign-in lasts a working day; signing out ends i
 
 def sign_in(rt: Runtime, api_key: str) -> tuple[str, ApiKey]:
     """A new session id (for the cookie, never stored) and the key it acts as; 401 for an unknown key."""
-    key = authenticate(rt, f"Bearer {api_key.strip()}")
+    key = authenticate_secret(rt, api_key)
     return rt.sessions.open(key_id=key.id, org_id=key.org_id, lifetime_seconds=SESSION_SECONDS), key
 
 
