@@ -18,6 +18,7 @@ from ..webhooks.network import normalized, webhook_url_problem
 from ..webhooks.signing import new_secret
 from .auth import require
 from .bodies import json_object, reject_unrecognized
+from .pages import list_page
 
 __all__ = ["MAX_ENDPOINTS", "register_endpoint", "send_test_event", "create_webhook", "list_webhooks",
            "delete_webhook"]
@@ -65,8 +66,8 @@ def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
 
 def list_webhooks(rt: Runtime, key: ApiKey) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
-    data = [endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)]
-    return {"object": "list", "data": data, "has_more": False}
+    # Every endpoint fits one page (at most MAX_ENDPOINTS), so there is never more.
+    return list_page([endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)], has_more=False)
 
 
 def delete_webhook(rt: Runtime, key: ApiKey, webhook_id: str) -> dict[str, Any]:
