@@ -1,25 +1,33 @@
 """The one error tree of OpenRelay.
 
 Every error a client can see is an ``OpenRelayError`` carrying its HTTP status, OpenAI ``type`` and ``code``;
-the API renders them with one function (``api.render``) into the OpenAI envelope::
+``OpenRelayError.envelope`` is the one builder of the OpenAI envelope, and ``api/errors.py`` the one place that
+puts it on the wire (route handlers, middlewares and the connection alike)::
 
-    OpenRelayError                       (500 server_error)
+    OpenRelayError                       500 server_error            also the unexpected error (api/guard.py)
     ├── InvalidRequest                   400 invalid_request_error   bad field, with ``param``
     │   ├── NoValidRecords               400 no_valid_records        every record rejected (extra fields)
     │   ├── InputRefused                 400 workflow_unsupported | input_too_large | input_unreadable
-    │   └── (code given)                 400 invalid_http_request    malformed HTTP, answered by api/http_protocol.py
-    ├── PayloadTooLarge                  413 file_too_large (uploads) | request_too_large (JSON bodies)
-    ├── HeadersTooLarge                  431 headers_too_large       request line and headers over their limit
-    ├── RequestTimeout                   408 request_timeout         a request's head or body not read in time
-    ├── Unauthorized                     401 invalid_api_key
-    ├── InsufficientScope                403 insufficient_scope
+    │   ├── (code given)                 400 invalid_http_request    malformed HTTP, answered by api/http_protocol.py
+    │   └── (code given)                 400 server_error            a form Starlette could not parse (api/errors.py)
+    ├── Unauthorized                     401 invalid_api_key | invalid_metrics_token
     ├── BudgetExceeded                   402 key_budget_exceeded
-    ├── NotFound                         404 not_found
+    ├── InsufficientScope                403 insufficient_scope
+    ├── CsrfRefused                      403 csrf_refused            a dashboard form without its session's token
+    ├── NotFound                         404 not_found               ``no_such`` words the "No such ... object"
+    ├── MethodNotAllowed                 405 server_error            a URL asked with a method it does not take
+    ├── RequestTimeout                   408 request_timeout         a request's head or body not read in time
     ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
+    ├── PayloadTooLarge                  413 file_too_large (uploads) | request_too_large (JSON bodies)
+    ├── RangeNotSatisfiable              416 range_not_satisfiable   a download's ``Range`` past the file's end
     ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
+    ├── HeadersTooLarge                  431 headers_too_large       request line and headers over their limit
     ├── StoreError                       500 store_error             a database or blob failure, translated
-    │   └── StoreUnavailable             503 store_unavailable       the database or object store unreachable
-    │                                                                (refused, timed out, 5xx): ``Retry-After``
+    │   ├── StoreUnavailable             503 store_unavailable       the database or object store unreachable
+    │   │                                                            (refused, timed out, 5xx): ``Retry-After``
+    │   ├── BlobMissing                  500 blob_missing            the key names no blob (blobs/base.py)
+    │   └── LeaseLost                    (a worker's, not an answer) its lease was taken over (store/results.py)
+    ├── EngineUnavailable                (a worker's, not an answer) no answer from an engine (engines/base.py)
     ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
     └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 
@@ -43,6 +51,10 @@ __all__ = [
     "InsufficientScope",
     "BudgetExceeded",
     "NotFound",
+    "no_such",
+    "MethodNotAllowed",
+    "RangeNotSatisfiable",
+    "CsrfRefused",
     "Conflict",
     "UnprocessableEntity",
     "StoreError",
@@ -56,6 +68,8 @@ class OpenRelayError(Exception):
     status = 500
     type = "server_error"
     code: str | None = "server_error"
+    public_message: str | None = None  # what a client is told instead of ``message``, which is for the log
+    retry_after_seconds: int | None = None  # a ``Retry-After`` for the answer: worth trying again this much later
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
                  extra: dict[str, Any] | None = None) -> None:
@@ -67,8 +81,8 @@ class OpenRelayError(Exception):
         self.extra = extra or {}
 
     def envelope(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"message": self.message, "type": self.type, "code": self.code,
-                                "param": self.param}
+        body: dict[str, Any] = {"message": self.public_message or self.message, "type": self.type,
+                                "code": self.code, "param": self.param}
         body.update(self.extra)
         return {"error": body}
 
@@ -129,6 +143,36 @@ class NotFound(OpenRelayError):
     code = "not_found"
 
 
+def no_such(kind: str, object_id: str, *, param: str | None = None) -> NotFound:
+    """``No such Batch object: batch_...``: an id the caller's organization does not hold (another's answers the
+    same). ``kind`` as OpenAI words it: ``Batch``, ``File``."""
+    return NotFound(f"No such {kind} object: {object_id}", param=param)
+
+
+class MethodNotAllowed(OpenRelayError):
+    """A URL we serve, asked with a method it does not take (the router's refusal). Its code has always been the
+    base class's ``server_error``; OpenAI's is null."""
+
+    status = 405
+    type = "invalid_request_error"
+
+
+class RangeNotSatisfiable(OpenRelayError):
+    """``Range: bytes=N-`` with N at or past the file's end: nothing new yet, for a follower."""
+
+    status = 416
+    type = "invalid_request_error"
+    code = "range_not_satisfiable"
+
+
+class CsrfRefused(OpenRelayError):
+    """A dashboard form without its session's CSRF token (answered as a page, never JSON)."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "csrf_refused"
+
+
 class Conflict(OpenRelayError):
     status = 409
     type = "invalid_request_error"
@@ -150,11 +194,7 @@ class StoreError(OpenRelayError):
     status = 500
     type = "server_error"
     code = "store_error"
-
-    def envelope(self) -> dict[str, Any]:
-        body = super().envelope()
-        body["error"]["message"] = "the service's store did not answer; try again later"
-        return body
+    public_message = "the service's store did not answer; try again later"
 
 
 class StoreUnavailable(StoreError):
@@ -165,11 +205,7 @@ class StoreUnavailable(StoreError):
     status = 503
     code = "store_unavailable"
     retry_after_seconds = 5
-
-    def envelope(self) -> dict[str, Any]:
-        body = super().envelope()
-        body["error"]["message"] = "the service's store is unreachable right now; nothing was kept, try again later"
-        return body
+    public_message = "the service's store is unreachable right now; nothing was kept, try again later"
 
 
 class CatalogError(OpenRelayError):

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..blobs.base import BlobMissing, BlobStore
 from ..blobs.keys import error_key, output_key
-from ..errors import NotFound
+from ..errors import NotFound, no_such
 from ..ids import parse_result_file_id
 from ..runtime import Runtime
 from ..store.result_segments import result_segments
@@ -61,7 +61,7 @@ def partial_file(rt: Runtime, org_id: str, file_id: str) -> FileRecord:
     without such a file."""
     wanted = parse_result_file_id(file_id)
     if wanted is None:
-        raise NotFound(f"No such File object: {file_id}", param="file_id")
+        raise no_such("File", file_id, param="file_id")
     try:
         return rt.files.get(org_id, file_id)
     except NotFound:
@@ -69,7 +69,7 @@ def partial_file(rt: Runtime, org_id: str, file_id: str) -> FileRecord:
     try:
         batch = rt.batches.get(org_id, wanted.batch_id)
     except NotFound:
-        raise NotFound(f"No such File object: {file_id}", param="file_id") from None
+        raise no_such("File", file_id, param="file_id") from None
     if not batch.terminal:
         try:
             return _snapshot(rt, batch, file_id, wanted.kind)
