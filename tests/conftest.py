@@ -19,6 +19,7 @@ from tests.support.polling import TERMINAL
 from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 from tests.support.test_engine import EngineControl as Engine
 from tests.support.test_engine import start_test_engine, stop_test_engine
+from tests.support.workers import WorkerProcess
 
 BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")
 
@@ -134,6 +135,22 @@ def server(request: pytest.FixtureRequest, make_server: Callable[..., Server]) -
     view = request.getfixturevalue("module_server").for_new_org()
     yield view
     end_live_batches(view, Engine(request.getfixturevalue("engine_url")))
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
+    """``start_worker(server, name=None, args=())``: an `orl worker` on ``server``'s store, blobs, catalog and
+    environment, started (its claim loop running); each is killed after the test."""
+    started: list[WorkerProcess] = []
+
+    def start(server: Server, name: str | None = None, args: tuple[str, ...] = ()) -> WorkerProcess:
+        worker = WorkerProcess.beside(server, name or f"worker-{len(started)}", args)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
 
 
 def end_live_batches(view: Server, engine: Engine, timeout: float = 60.0) -> None:

@@ -3,40 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import time
 
 from tests.support.batches import batch_usage, chat, create, get, prompt_text, results, usage_of, wait_for
-from tests.support.server import ORL
 
 
-def _start_worker(server) -> subprocess.Popen:
-    log = open(server.data_dir / "worker.log", "ab")  # noqa: SIM115 - the child owns it for its life
-    return subprocess.Popen(
-        [ORL, "worker", "--data-dir", str(server.data_dir), "--database-url", server.database_url,
-         "--catalog", str(server.data_dir / "catalog.toml")],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **server.env})
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    proc.wait(15)
-
-
-def test_cancel_while_validating_settles_once_a_worker_runs(make_server, engine):
-    # An API-only server: nothing promotes or runs the batch, so it stays `validating` until a worker comes.
+def test_cancel_while_validating_settles_once_a_worker_runs(make_server, engine, start_worker):
+    # An API-only server: nothing promotes or runs the batch, so it is `validating` until a worker comes.
     server = make_server(args=("--no-worker",))
     batch = create(server, [chat(f"v{i}", f"never sent {i}") for i in range(3)])
-    time.sleep(0.5)
     assert get(server, batch["id"])["status"] == "validating"
     cancelling = server.http("POST", f"/batches/{batch['id']}/cancel").json()
     assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"] is not None
-    worker = _start_worker(server)
-    try:
-        done = server.wait(batch["id"])
-    finally:
-        _stop(worker)
+    worker = start_worker(server)
+    done = server.wait(batch["id"])
+    assert worker.took(batch["id"]) and worker.stop() == 0  # settled by that worker, which then drains cleanly
     assert done["status"] == "cancelled" and done["cancelled_at"] is not None
     assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
     out, err = results(server, done)

@@ -13,9 +13,7 @@ each data dir is checked to hold nothing but what its own process keeps there (t
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +24,8 @@ import pytest
 from tests.conftest import BACKEND
 from tests.support.batches import chat, create, create_from_file, get, results, usage_of, wait_for
 from tests.support.seaweed import S3Bucket, s3_bucket, seaweed  # noqa: F401  (session fixtures)
-from tests.support.server import ORL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
+from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
+from tests.support.workers import WorkerProcess
 
 pytestmark = pytest.mark.slow  # SeaweedFS
 
@@ -39,7 +38,7 @@ class Machine:
     """One process's own directory: its ``data/`` (the ``--data-dir``), its catalog and its log beside it."""
 
     root: Path
-    proc: subprocess.Popen[bytes] | None = None
+    worker: WorkerProcess | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -49,19 +48,15 @@ class Machine:
     def log_path(self) -> Path:
         return self.root / "out.log"
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
     def took(self, batch_id: str) -> bool:
-        return f"took batch {batch_id}" in self.log()
+        return self.worker is not None and self.worker.took(batch_id)
 
     def files_in_data_dir(self) -> list[str]:
         return sorted(str(p.relative_to(self.data_dir)) for p in self.data_dir.rglob("*") if p.is_file())
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        if self.worker is not None:
+            self.worker.kill()
 
 
 class Cluster:
@@ -93,16 +88,12 @@ class Cluster:
 
     def start_worker(self) -> Machine:
         machine = self._machine(f"worker-{len(self.workers)}")
-        env = {**os.environ, **self.env, "OPENRELAY_BLOB_URL": self.bucket.url(self.prefix)}
-        with open(machine.log_path, "wb") as log:
-            # cwd: its own directory, so nothing relative to the working directory can land somewhere shared.
-            machine.proc = subprocess.Popen(
-                [ORL, "worker", "--data-dir", str(machine.data_dir), "--database-url", self.database_url,
-                 "--catalog", str(machine.root / "catalog.toml")],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=machine.root)
+        # cwd: its own directory, so nothing relative to the working directory can land somewhere shared.
+        machine.worker = WorkerProcess(
+            data_dir=machine.data_dir, database_url=self.database_url, catalog=machine.root / "catalog.toml",
+            log_path=machine.log_path, env={**self.env, "OPENRELAY_BLOB_URL": self.bucket.url(self.prefix)},
+            cwd=machine.root)
         self.workers.append(machine)
-        wait_for(lambda: "serving test/echo" in machine.log(), f"{machine.root.name} to start", timeout=60,
-                 every=0.1)
         return machine
 
     def assert_no_blob_on_local_disk(self) -> None:
@@ -174,8 +165,7 @@ def test_a_killed_workers_chunks_are_composed_by_the_worker_that_resumes_its_bat
     wait_for(lambda: get(server, batch_id)["request_counts"]["completed"] == 6, "six records durable")
     assert first.took(batch_id)
     second = cluster.start_worker()
-    first.proc.kill()  # kill -9: the lease lapses, the second machine takes the batch over
-    first.proc.wait(10)
+    first.stop()  # kill -9: the lease lapses, the second machine takes the batch over
     engine.wait_held("k", 8)  # the four in flight sent again by the second worker
     engine.release("k")
     done = server.wait(batch_id, timeout=120)

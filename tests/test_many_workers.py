@@ -4,53 +4,29 @@ and SIGTERM drains. The API runs with --no-worker; the engine's held requests sh
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import time
 from collections import Counter
 
-import pytest
-
-from tests.support.batches import chat, create, get, results, wait_for
-from tests.support.server import ORL, Server
-
-
-class WorkerProcess:
-    def __init__(self, server: Server, name: str, args: tuple[str, ...] = ()) -> None:
-        self.log_path = server.data_dir / f"worker-{name}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [ORL, "worker", "--data-dir", str(server.data_dir), "--database-url", server.database_url,
-             "--catalog", str(server.data_dir / "catalog.toml"), *args],
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **server.env})
-        wait_for(lambda: "serving test/echo" in self.log(), f"worker {name} to start", timeout=60, every=0.1)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def took(self, batch_id: str) -> bool:
-        return f"took batch {batch_id}" in self.log()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
+from tests.support.batches import chat, create, get, results
+from tests.support.server import Server
+from tests.support.workers import WorkerProcess
 
 
-@pytest.fixture
-def workers():
-    started: list[WorkerProcess] = []
-
-    def start(server: Server, count: int, args: tuple[str, ...] = ()) -> list[WorkerProcess]:
-        new = [WorkerProcess(server, f"{len(started) + i}", args) for i in range(count)]
-        started.extend(new)
-        return new
-
-    yield start
-    for worker in started:
-        worker.stop()
+def _every_worker_has_looked(server: Server, pool: list[WorkerProcess]) -> None:
+    """Wait until each worker of ``pool`` has made whole claim passes since now. Batches cancelled for the purpose
+    (they need no slot, and none reaches the engine) are made one at a time, each once the one before has ended,
+    until every worker has settled two: its claim pass that took the first had ended before the one that took the
+    second began, and a pass claims every batch the worker may take, so a batch it should not take but would have
+    is taken (and logged) by then."""
+    taken = [0] * len(pool)
+    for n in range(200):
+        made = create(server, [chat(f"probe-{n}", "never sent #hold=probe")])["id"]
+        assert server.http("POST", f"/batches/{made}/cancel").status_code == 200
+        assert server.wait(made)["status"] == "cancelled"
+        taken = [count + worker.took(made) for count, worker in zip(taken, pool, strict=True)]
+        if min(taken) >= 2:
+            return
+    raise AssertionError(f"each worker did not settle two of 200 cancelled batches: {taken}")
 
 
 def _api_only(make_server, **kwargs) -> Server:
@@ -61,17 +37,19 @@ def _sent(engine) -> Counter[str]:
     return Counter(r["body"]["messages"][0]["content"] for r in engine.requests())
 
 
-def test_max_batches_caps_each_worker_so_a_fleet_shares_the_slots(make_server, engine, workers):
+def test_max_batches_caps_each_worker_so_a_fleet_shares_the_slots(make_server, engine, start_worker):
     server = _api_only(make_server, slots=3, concurrency=2)
-    first, second = workers(server, 2, ("--max-batches", "1"))
+    first, second = [start_worker(server, args=("--max-batches", "1")) for _ in range(2)]
     ids = [create(server, [chat(f"b{b}-{i}", f"batch {b} record {i} #hold=capped") for i in range(4)])["id"]
            for b in range(3)]
     engine.wait_held("capped", 4)  # two batches, one per worker, two calls each: the model's third slot is free
-    time.sleep(1)  # more claim ticks: neither capped worker may take the third batch (the pass does not depend on it)
+    _every_worker_has_looked(server, [first, second])  # neither capped worker may take the third batch
     assert engine.held("capped") == 4
     assert sum(get(server, i)["in_progress_at"] is not None for i in ids) == 2
     running = [i for i in ids if get(server, i)["in_progress_at"] is not None]
     assert [first.took(i) for i in running].count(True) == 1 and [second.took(i) for i in running].count(True) == 1
+    (waiting,) = set(ids) - set(running)
+    assert not first.took(waiting) and not second.took(waiting)
     engine.release("capped")
     for batch_id in ids:
         done = server.wait(batch_id, timeout=180)
@@ -79,15 +57,17 @@ def test_max_batches_caps_each_worker_so_a_fleet_shares_the_slots(make_server, e
     assert engine.stats()["max_in_flight"] == 4
 
 
-def test_three_workers_keep_slots_and_concurrency_in_sum_and_run_each_record_once(make_server, engine, workers):
+def test_three_workers_keep_slots_and_concurrency_in_sum_and_run_each_record_once(make_server, engine,
+                                                                                 start_worker):
     server = _api_only(make_server, slots=2, concurrency=4)
-    workers(server, 3)
+    pool = [start_worker(server) for _ in range(3)]
     ids = [create(server, [chat(f"b{b}-{i}", f"batch {b} record {i} #hold=all") for i in range(10)])["id"]
            for b in range(6)]
     engine.wait_held("all", 8)  # two batches (the model's slots) of four calls each (its concurrency)
-    time.sleep(1)  # more claim ticks of all three workers: none may add a call (the pass does not depend on it)
+    _every_worker_has_looked(server, pool)  # none may add a call
     assert engine.held("all") == 8
     assert sum(get(server, i)["in_progress_at"] is not None for i in ids) == 2
+    assert sum(worker.took(i) for worker in pool for i in ids) == 2  # and none took a third batch
     engine.release("all")
     for batch_id in ids:
         done = server.wait(batch_id, timeout=180)
@@ -99,14 +79,13 @@ def test_three_workers_keep_slots_and_concurrency_in_sum_and_run_each_record_onc
 
 
 def test_one_of_three_workers_killed_mid_batch_its_batch_resumes_elsewhere_and_lands_once(make_server, engine,
-                                                                                        workers):
+                                                                                        start_worker):
     server = _api_only(make_server, slots=1, concurrency=4)
-    pool = workers(server, 3)
+    pool = [start_worker(server) for _ in range(3)]
     batch_id = create(server, [chat(f"k{i}", f"record {i} #hold=k") for i in range(12)])["id"]
     engine.wait_held("k", 4)
     (holder,) = [w for w in pool if w.took(batch_id)]
-    holder.proc.kill()  # kill -9: no drain, the lease is left to lapse
-    holder.proc.wait(10)
+    holder.kill()  # kill -9: no drain, the lease is left to lapse
     engine.wait_held("k", 8)  # the lease lapsed and another worker sent the four unfinished records again
     engine.release("k")
     done = server.wait(batch_id, timeout=120)
@@ -119,7 +98,7 @@ def test_one_of_three_workers_killed_mid_batch_its_batch_resumes_elsewhere_and_l
     assert sum(w.took(batch_id) for w in pool) == 2  # the killed worker, then exactly one other
 
 
-def test_queues_are_shared_fairly_between_organizations(make_server, engine, workers):
+def test_queues_are_shared_fairly_between_organizations(make_server, engine, start_worker):
     server = _api_only(make_server, slots=2, concurrency=1)
     a_key, b_key = server.new_org_key(), server.new_org_key()
 
@@ -132,7 +111,7 @@ def test_queues_are_shared_fairly_between_organizations(make_server, engine, wor
 
     a_ids = [create_as(a_key, f"a{i}") for i in range(3)]
     b_id = create_as(b_key, "b0")  # the newest of the four, from the organization with nothing running
-    workers(server, 1)  # every batch is queued before the first claim
+    start_worker(server)  # every batch is queued before the first claim
     engine.wait_held("fair", 2)
     started = {bid for bid, key in [*((i, a_key) for i in a_ids), (b_id, b_key)]
                if server.http("GET", f"/batches/{bid}", api_key=key).json()["in_progress_at"] is not None}
@@ -142,9 +121,9 @@ def test_queues_are_shared_fairly_between_organizations(make_server, engine, wor
         assert server.wait(bid, api_key=key)["status"] == "completed"
 
 
-def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(make_server, engine, workers):
+def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(make_server, engine, start_worker):
     server = _api_only(make_server, slots=1, concurrency=4, env={"OPENRELAY_DRAIN_SECONDS": "120"})
-    (first,) = workers(server, 1)
+    first = start_worker(server)
     batch_id = create(server, [chat(f"t{i}", f"record {i} #hold=t") for i in range(12)])["id"]
     engine.wait_held("t", 4)
     first.proc.send_signal(signal.SIGTERM)
@@ -152,7 +131,7 @@ def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(m
     assert first.proc.wait(60) == 0
     assert "8 records left for the next worker" in first.log()
     assert get(server, batch_id)["request_counts"]["completed"] == 4  # made durable before handing back
-    (second,) = workers(server, 1)  # the lease was handed back: no wait for it to lapse
+    second = start_worker(server)  # the lease was handed back: no wait for it to lapse
     done = server.wait(batch_id, timeout=120)
     assert done["status"] == "completed" and done["request_counts"]["completed"] == 12
     sent = _sent(engine)

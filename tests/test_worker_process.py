@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from collections import Counter
 
 import orjson
-
-from tests.support.server import ORL
 
 
 def _batch_file(tmp_path, name: str, count: int):
@@ -21,34 +16,21 @@ def _batch_file(tmp_path, name: str, count: int):
     return path
 
 
-def test_serve_and_a_separate_worker_run_each_record_once(make_server, engine, tmp_path):
+def test_serve_and_a_separate_worker_run_each_record_once(make_server, engine, tmp_path, start_worker):
     server = make_server(slots=4, concurrency=4)
-    log = open(server.data_dir / "worker.log", "wb")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen(
-        [ORL, "worker", "--data-dir", str(server.data_dir), "--database-url", server.database_url,
-         "--catalog", str(server.data_dir / "catalog.toml")],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **server.env})
-    try:
-        deadline = time.time() + 60
-        while "serving test/echo" not in (server.data_dir / "worker.log").read_text() and time.time() < deadline:
-            time.sleep(0.1)  # both claim loops must be running before the batches arrive
-        assert "serving test/echo" in (server.data_dir / "worker.log").read_text()
-        client = server.client()
-        ids = []
-        for name in ("a", "b", "c", "d", "e", "f"):
-            upload = client.files.create(file=open(_batch_file(tmp_path, name, 15), "rb"), purpose="batch")
-            ids.append(client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
-                                             completion_window="24h").id)
-        for batch_id in ids:
-            done = server.wait(batch_id)
-            assert done["status"] == "completed", done
-            assert done["request_counts"] == {"total": 15, "completed": 15, "failed": 0}
-            lines = client.files.content(done["output_file_id"]).content.splitlines()
-            assert len(lines) == 15
-        sent = Counter(r["body"]["messages"][0]["content"] for r in engine.requests())
-        assert len(sent) == 90 and set(sent.values()) == {1}  # no record ran twice across the two processes
-        assert worker.poll() is None, "the worker process died"
-    finally:
-        worker.terminate()
-        worker.wait(10)
-        log.close()
+    worker = start_worker(server)  # both claim loops are running before the batches arrive
+    client = server.client()
+    ids = []
+    for name in ("a", "b", "c", "d", "e", "f"):
+        upload = client.files.create(file=open(_batch_file(tmp_path, name, 15), "rb"), purpose="batch")
+        ids.append(client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
+                                         completion_window="24h").id)
+    for batch_id in ids:
+        done = server.wait(batch_id)
+        assert done["status"] == "completed", done
+        assert done["request_counts"] == {"total": 15, "completed": 15, "failed": 0}
+        lines = client.files.content(done["output_file_id"]).content.splitlines()
+        assert len(lines) == 15
+    sent = Counter(r["body"]["messages"][0]["content"] for r in engine.requests())
+    assert len(sent) == 90 and set(sent.values()) == {1}  # no record ran twice across the two processes
+    assert worker.alive(), "the worker process died"
