@@ -19,11 +19,13 @@ from fastapi import FastAPI
 from .api.app import create_app
 from .api.http_protocol import limited_http_protocol
 from .config import Settings
+from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
+from .web.routes import UPLOAD_PATHS, mount_dashboard
 from .webhooks.delivery import WebhookDelivery
 from .worker.worker import Worker
 
-__all__ = ["serve", "run_worker", "bootstrap"]
+__all__ = ["serve", "run_worker", "bootstrap", "assemble_app"]
 
 log = logging.getLogger("openrelay")
 
@@ -43,12 +45,21 @@ def bootstrap(rt: Runtime) -> None:
           file=sys.stderr)
 
 
+def assemble_app(rt: Runtime) -> FastAPI:
+    """The API and, beside it, the dashboard's pages (openrelay/web: HTML, outside the OpenAPI document), sharing
+    the process's write hook: a write through either is seen at once by the API's polls here."""
+    writes = OrgWrites()
+    app = create_app(rt, writes=writes, upload_paths=UPLOAD_PATHS)
+    mount_dashboard(app, rt, writes)
+    return app
+
+
 def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     rt = open_runtime(settings)
     bootstrap(rt)
     worker = Worker(rt) if with_worker else None
-    app: FastAPI = create_app(rt)
+    app = assemble_app(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

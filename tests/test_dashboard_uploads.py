@@ -1,4 +1,4 @@
-"""The dashboard's upload takes the API's path (api/uploads.py): streamed, held to the upload limit rather than the
+"""The dashboard's upload takes the API's path (http/uploads.py): streamed, held to the upload limit rather than the
 1 MB of JSON routes, kept only when the form is whole and carries the session's CSRF token. Plain HTTP, no browser."""
 
 from __future__ import annotations

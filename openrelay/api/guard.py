@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import OpenRelayError
+from .errors import send_error
 
 __all__ = ["RenderUnexpectedErrors", "UNEXPECTED_MESSAGE"]
 
@@ -45,8 +45,4 @@ class RenderUnexpectedErrors:
             if started:
                 raise  # a streamed answer broke midway: only closing the connection tells the client
             _log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
-            body = orjson.dumps(OpenRelayError(UNEXPECTED_MESSAGE).envelope())
-            await send({"type": "http.response.start", "status": 500,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE))

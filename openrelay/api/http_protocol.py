@@ -30,11 +30,11 @@ from asyncio import TimerHandle, Transport
 from typing import Any
 
 import httptools
-import orjson
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from ..errors import HeadersTooLarge, InvalidRequest, OpenRelayError, RequestTimeout
+from .errors import error_answer
 
 __all__ = ["limited_http_protocol", "LimitedHttpToolsProtocol"]
 
@@ -198,12 +198,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             may_answer = cycle is None or cycle.response_complete
         _log.info("refused a request from %s: %s %s", self.client and self.client[0], error.status, error.code)
         if may_answer and not self.transport.is_closing():
-            body = orjson.dumps(error.envelope())
-            head = [STATUS_LINE[error.status]]
-            for name, value in self.server_state.default_headers:
+            status, headers, body = error_answer(error, close=True)
+            head = [STATUS_LINE[status]]
+            for name, value in [*self.server_state.default_headers, *headers]:
                 head += [name, b": ", value, b"\r\n"]
-            head += [b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(),
-                     b"\r\nconnection: close\r\n\r\n", body]
+            head += [b"\r\n", body]
             self.transport.write(b"".join(head))
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True

@@ -1,8 +1,9 @@
 """Body limits of the JSON routes: a pure ASGI middleware in front of the app.
 
-A create (``POST /v1/batches``) may carry up to ``create_bytes`` (inline records; big inputs are uploaded
-files), every other route ``json_bytes``. Uploads (``POST /v1/files``) pass untouched: they stream to the blob
-store and their route counts them against ``max_upload_bytes`` (413 ``file_too_large``).
+A create (a POST to ``create_path``, ``/v1/batches``) may carry up to ``create_bytes`` (inline records; big inputs
+are uploaded files), every other route ``json_bytes``. Uploads (a POST to one of ``upload_paths``: the API's
+``/v1/files`` and the upload routes of whatever else the app was assembled with) pass untouched: they stream to the
+blob store and their route counts them against ``max_upload_bytes`` (413 ``file_too_large``).
 
 A declared ``Content-Length`` over the limit is answered 413 ``request_too_large`` before the app runs, so none
 of the body is held. A chunked body is counted as the app receives it and refused the moment it passes the
@@ -14,31 +15,33 @@ headers.
 
 from __future__ import annotations
 
-import orjson
+from collections.abc import Collection
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import PayloadTooLarge
+from .errors import send_error
 
 __all__ = ["BodyLimits"]
 
 _CLOSE = (b"connection", b"close")
 
 
-_UPLOAD_PATHS = frozenset({"/v1/files", "/new/upload"})  # the API's upload and the dashboard's
-
-
 class BodyLimits:
-    def __init__(self, app: ASGIApp, *, create_bytes: int, json_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, create_bytes: int, json_bytes: int, create_path: str,
+                 upload_paths: Collection[str]) -> None:
         self.app = app
         self.create_bytes = create_bytes
         self.json_bytes = json_bytes
+        self.create_path = create_path
+        self.upload_paths = frozenset(upload_paths)
 
     def limit_for(self, method: str, path: str) -> tuple[int, str] | None:
         """The limit of a route's body and a hint for the refusal; None: the route counts its own."""
-        if method == "POST" and path == "/v1/batches":
+        if method == "POST" and path == self.create_path:
             return self.create_bytes, " Send big inputs as an uploaded file (input_file_id)."
-        if method == "POST" and path in _UPLOAD_PATHS:
-            return None  # api/uploads.py streams the file and holds it to the upload limit
+        if method == "POST" and path in self.upload_paths:
+            return None  # http/uploads.py streams the file and holds it to the upload limit
         return self.json_bytes, ""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -62,7 +65,7 @@ class BodyLimits:
         limit, hint = limited
         if declared is not None:
             if int(declared) > limit:  # httptools has checked it is a number
-                await _answer(send, _too_large(limit, hint))
+                await send_error(send, _too_large(limit, hint), close=True)
             else:
                 await self.app(scope, receive, send)
             return
@@ -90,11 +93,3 @@ class BodyLimits:
 
 def _too_large(limit: int, hint: str) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body is over its {limit}-byte limit.{hint}", code="request_too_large")
-
-
-async def _answer(send: Send, error: PayloadTooLarge) -> None:
-    body = orjson.dumps(error.envelope())
-    await send({"type": "http.response.start", "status": error.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            _CLOSE]})
-    await send({"type": "http.response.body", "body": body})

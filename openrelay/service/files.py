@@ -13,10 +13,15 @@ from .auth import require
 from .pages import list_page
 from .partial_results import PartialFile, parse_result_file_id, partial_file, read_partial
 
-__all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "PURPOSES"]
+__all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "upload_too_large", "PURPOSES"]
 
 PURPOSES = ("batch",)
 MAX_FILENAME = 512
+
+
+def upload_too_large(max_upload_bytes: int) -> PayloadTooLarge:
+    """The refusal of an upload over ``max_upload_bytes``, whether its declared length or its bytes say so."""
+    return PayloadTooLarge(f"file is larger than the {max_upload_bytes // 1_000_000} MB limit", param="file")
 
 
 class Upload:
@@ -36,8 +41,7 @@ class Upload:
         self.size += len(data)
         if self.size > self.rt.settings.max_upload_bytes:
             self.abort()
-            raise PayloadTooLarge(f"file is larger than the {self.rt.settings.max_upload_bytes // 1_000_000} MB "
-                                  "limit", param="file")
+            raise upload_too_large(self.rt.settings.max_upload_bytes)
         self._writer.write(data)
 
     def abort(self) -> None:

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import InvalidRequest, OpenRelayError
+from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import progress as progress_service
@@ -29,7 +30,7 @@ LIVE_POLL_SECONDS = 1
 RECORDS_PAGE = 20
 
 
-def add_routes(router: APIRouter, rt: Runtime) -> None:
+def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def detail(request: Request, signed: Signed, batch_id: str) -> Response:
         batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
         progress = (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id]
@@ -75,10 +76,10 @@ def add_routes(router: APIRouter, rt: Runtime) -> None:
         return redirect(f"/batches/{orjson.loads(made)['id']}")
 
     router.add_route("/batches/{batch_id}", dashboard_route(rt)(detail), methods=["GET"])
-    router.add_route("/batches/{batch_id}/retry", dashboard_route(rt, write=True)(retry), methods=["POST"])
+    router.add_route("/batches/{batch_id}/retry", dashboard_route(rt, write=writes)(retry), methods=["POST"])
     router.add_route("/batches/{batch_id}/request", dashboard_route(rt)(request_of), methods=["GET"])
-    router.add_route("/batches/{batch_id}/cancel", dashboard_route(rt, write=True)(cancel), methods=["POST"])
-    router.add_route("/batches/{batch_id}/metadata", dashboard_route(rt, write=True)(metadata),
+    router.add_route("/batches/{batch_id}/cancel", dashboard_route(rt, write=writes)(cancel), methods=["POST"])
+    router.add_route("/batches/{batch_id}/metadata", dashboard_route(rt, write=writes)(metadata),
                          methods=["POST"])
 
 

@@ -12,7 +12,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import OpenRelayError, Unauthorized
+from ..errors import CsrfRefused, OpenRelayError, Unauthorized
+from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from ..service.sessions import session_key
 from ..types import ApiKey, Scope
@@ -20,7 +21,7 @@ from .security import PAGE_HEADERS, SESSION_COOKIE, csrf_for, csrf_matches
 from .static import static_url
 from .views import templates
 
-__all__ = ["Signed", "render", "dashboard_route", "redirect", "url_with", "CsrfRefused"]
+__all__ = ["Signed", "render", "dashboard_route", "redirect", "url_with"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,6 @@ class Signed:
     @property
     def scopes(self) -> dict[str, bool]:
         return {s.value.replace(".", "_"): s.value in self.key.scopes for s in Scope}
-
-
-class CsrfRefused(OpenRelayError):
-    status = 403
-    type = "invalid_request_error"
-    code = "csrf_refused"
 
 
 def render(name: str, status: int = 200, headers: dict[str, str] | None = None, **context: Any) -> HTMLResponse:
@@ -70,12 +65,13 @@ def require_csrf(signed: Signed, given: object) -> None:
                           "wrong). Reload the page and try again.")
 
 
-def dashboard_route(rt: Runtime, *, write: bool = False,
+def dashboard_route(rt: Runtime, *, write: OrgWrites | None = None,
                     streamed: bool = False) -> Callable[[Handler], Callable[..., Awaitable[Response]]]:
-    """A page that needs a session: ``handler(request, signed, **path)``. A POST (``write``) must carry the
-    session's CSRF token; a ``streamed`` one (an upload, read as a stream) checks it itself with
-    ``require_csrf`` before it keeps anything. The service's refusals become pages: 401 sends the browser to sign
-    in, 404 is the same page for another organization's id as for an unknown one."""
+    """A page that needs a session: ``handler(request, signed, **path)``. A POST that writes (``write``, the
+    process's write hook, told once the handler ran) must carry the session's CSRF token; a ``streamed`` one (an
+    upload, read as a stream) checks it itself with ``require_csrf`` before it keeps anything. The service's
+    refusals become pages: 401 sends the browser to sign in, 404 is the same page for another organization's id as
+    for an unknown one."""
 
     def wrap(handler: Handler) -> Callable[..., Awaitable[Response]]:
         async def route(request: Request) -> Response:
@@ -84,13 +80,13 @@ def dashboard_route(rt: Runtime, *, write: bool = False,
             try:
                 key = await run_in_threadpool(session_key, rt, session_id)
                 signed = Signed(key=key, csrf=csrf_for(session_id or ""))
-                if write and not streamed:
+                if write is not None and not streamed:
                     require_csrf(signed, (await request.form()).get("csrf"))
                 try:
                     return await handler(request, signed, **request.path_params)
                 finally:
-                    if write:  # the API's polls of this process see the write at once (api.app, wrote)
-                        request.app.state.org_wrote(key.org_id)
+                    if write is not None:  # the API's polls of this process see the write at once
+                        write.wrote(key.org_id)
             except Unauthorized:
                 if request.method == "GET" and not request.headers.get("hx-request"):
                     return redirect(url_with("/login", [], next=_same_site_path(request)))

@@ -15,8 +15,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..api.uploads import receive_upload
-from ..errors import InvalidRequest, NoValidRecords, OpenRelayError, Unauthorized
+from ..errors import CsrfRefused, InvalidRequest, NoValidRecords, OpenRelayError, Unauthorized
+from ..http.uploads import receive_upload
+from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from ..service import batches as batch_service
 from ..service import dashboard
@@ -25,25 +26,27 @@ from ..service import progress as progress_service
 from ..service.sessions import SESSION_SECONDS, sign_in, sign_out
 from ..types import Scope
 from . import batch_pages
-from .pages import CsrfRefused, Signed, dashboard_route, error_page, redirect, render, require_csrf, url_with
+from .pages import Signed, dashboard_route, error_page, redirect, render, require_csrf, url_with
 from .security import LOGIN_COOKIE, SESSION_COOKIE, csrf_for, csrf_matches, new_login_token, set_cookie
 from .static import serve_static
 from .views import BatchView
 
-__all__ = ["mount_dashboard"]
+__all__ = ["mount_dashboard", "UPLOAD_PATHS"]
 
 PAGE_SIZE = 25
 LIVE_POLL_SECONDS = 1
+UPLOAD_PATHS = ("/new/upload",)  # the routes that stream an upload (http/uploads.py), held to its limit, not 1 MB
 
 
-def mount_dashboard(app: FastAPI, rt: Runtime) -> None:
+def mount_dashboard(app: FastAPI, rt: Runtime, writes: OrgWrites) -> None:
+    """The dashboard's pages on ``app``; each page that writes tells ``writes``."""
     router = APIRouter(include_in_schema=False)
     router.add_route("/static/{name}", serve_static, methods=["GET"])
     _sign_in_routes(router, rt)
     _list_routes(router, rt)
-    _new_routes(router, rt)
-    _file_routes(router, rt)
-    batch_pages.add_routes(router, rt)
+    _new_routes(router, rt, writes)
+    _file_routes(router, rt, writes)
+    batch_pages.add_routes(router, rt, writes)
     for route in router.routes:
         route.include_in_schema = False  # type: ignore[attr-defined]  # HTML pages: not the API's document
     app.include_router(router)
@@ -160,7 +163,7 @@ def _metadata_from_form(text: object, tags: object) -> dict[str, str] | None:
     return metadata or None
 
 
-def _new_routes(router: APIRouter, rt: Runtime) -> None:
+def _new_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def new_page(request: Request, signed: Signed) -> Response:
         return await _render_new(rt, request, signed)
 
@@ -198,8 +201,8 @@ def _new_routes(router: APIRouter, rt: Runtime) -> None:
                       rejected=created.get("rejected_records") or [])
 
     router.add_route("/new", dashboard_route(rt)(new_page), methods=["GET"])
-    router.add_route("/new/upload", dashboard_route(rt, write=True, streamed=True)(upload), methods=["POST"])
-    router.add_route("/new", dashboard_route(rt, write=True)(create), methods=["POST"])
+    router.add_route(UPLOAD_PATHS[0], dashboard_route(rt, write=writes, streamed=True)(upload), methods=["POST"])
+    router.add_route("/new", dashboard_route(rt, write=writes)(create), methods=["POST"])
 
 
 async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: int = 200,
@@ -219,7 +222,7 @@ async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: 
 
 # -- files ----------------------------------------------------------------------------------------------------
 
-def _file_routes(router: APIRouter, rt: Runtime) -> None:
+def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def files_page(request: Request, signed: Signed) -> Response:
         after = request.query_params.get("after") or None
         listed = await run_in_threadpool(file_service.list_files, rt, signed.key, limit=50, after=after,
@@ -239,7 +242,7 @@ def _file_routes(router: APIRouter, rt: Runtime) -> None:
 
     router.add_route("/files", dashboard_route(rt)(files_page), methods=["GET"])
     router.add_route("/files/{file_id}/content", dashboard_route(rt)(download), methods=["GET"])
-    router.add_route("/files/{file_id}/delete", dashboard_route(rt, write=True)(delete), methods=["POST"])
+    router.add_route("/files/{file_id}/delete", dashboard_route(rt, write=writes)(delete), methods=["POST"])
 
 
 def _attachment(filename: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import InvalidRequest
 from ..runtime import Runtime
 from ..service import files as file_service
 from ..types import ApiKey, FileRecord
@@ -27,8 +27,7 @@ async def receive_upload(rt: Runtime, key: ApiKey, request: Request, *,
     ``purpose`` overrides the form's own field."""
     declared = int(request.headers.get("content-length") or 0)
     if declared > rt.settings.max_upload_bytes + UPLOAD_FORM_SLACK:
-        raise PayloadTooLarge(f"file is larger than the {rt.settings.max_upload_bytes // 1_000_000} MB limit",
-                              param="file")
+        raise file_service.upload_too_large(rt.settings.max_upload_bytes)
     upload = await run_in_threadpool(file_service.Upload, rt, key)  # every blob store call off the event loop
 
     async def sink(data: bytes) -> None:

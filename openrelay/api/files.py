@@ -1,0 +1,60 @@
+"""``/v1/files``: upload (http/uploads.py), list, read, download (whole or from an offset, api/ranges.py), delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..errors import RangeNotSatisfiable
+from ..http.uploads import receive_upload
+from ..service import files as file_service
+from .context import ApiContext, json_response
+from .errors import error_response
+from .ranges import content_range, range_start
+
+__all__ = ["UPLOAD_PATH", "add_file_routes"]
+
+UPLOAD_PATH = "/v1/files"  # streamed to the blob store and held to the upload limit, not the JSON one (limits.py)
+
+
+def add_file_routes(router: APIRouter, ctx: ApiContext) -> None:
+    rt = ctx.rt
+
+    @router.post(UPLOAD_PATH)
+    async def upload_file(request: Request) -> Response:
+        key = await ctx.writer(request)
+        return json_response((await receive_upload(rt, key, request)).as_api())
+
+    @router.get("/v1/files")
+    async def list_files(request: Request, limit: int = 10_000, after: str | None = None,
+                         purpose: str | None = None) -> Response:
+        return json_response(await ctx.as_reader(request, file_service.list_files, limit=limit, after=after,
+                                                 purpose=purpose))
+
+    @router.get("/v1/files/{file_id}")
+    async def get_file(request: Request, file_id: str) -> Response:
+        return json_response((await ctx.as_reader(request, file_service.get_file, file_id)).as_api())
+
+    @router.get("/v1/files/{file_id}/content")
+    async def file_content(request: Request, file_id: str) -> Response:
+        start = range_start(request.headers.get("range"))  # bytes=N-: what a follower has not read yet
+        record, chunks = await ctx.as_reader(request, file_service.file_content, file_id, start or 0)
+        if start is None:
+            return StreamingResponse(chunks, media_type="application/octet-stream",
+                                     headers={"content-length": str(record.bytes)})
+        if start >= record.bytes:
+            response = error_response(RangeNotSatisfiable(
+                f"the file has {record.bytes} bytes; nothing starts at {start}"))
+            response.headers["content-range"] = content_range(start, record.bytes)
+            return response
+        return StreamingResponse(chunks, status_code=206, media_type="application/octet-stream",
+                                 headers={"content-length": str(record.bytes - start),
+                                          "content-range": content_range(start, record.bytes)})
+
+    @router.delete("/v1/files/{file_id}")
+    async def delete_file(request: Request, file_id: str) -> Response:
+        key = await ctx.writer(request)
+        return json_response(await run_in_threadpool(file_service.delete_file, rt, key, file_id))
+

@@ -1,0 +1,34 @@
+"""``/v1/webhooks``: register, list and remove the organization's webhook endpoints (service/webhooks.py)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from ..service import webhooks as webhook_service
+from .context import ApiContext, json_response
+
+__all__ = ["add_webhook_routes"]
+
+
+def add_webhook_routes(router: APIRouter, ctx: ApiContext) -> None:
+    rt = ctx.rt
+
+    @router.post("/v1/webhooks")
+    async def create_webhook(request: Request) -> Response:
+        key = await ctx.writer(request)
+        raw = await request.body()
+        return json_response(await run_in_threadpool(webhook_service.create_webhook, rt, key, raw))
+
+    @router.get("/v1/webhooks")
+    async def list_webhooks(request: Request) -> Response:
+        key = await ctx.writer(request)
+        return json_response(await run_in_threadpool(webhook_service.list_webhooks, rt, key))
+
+    @router.delete("/v1/webhooks/{webhook_id}")
+    async def delete_webhook(request: Request, webhook_id: str) -> Response:
+        key = await ctx.writer(request)
+        return json_response(await run_in_threadpool(webhook_service.delete_webhook, rt, key, webhook_id))
+
