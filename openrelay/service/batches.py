@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from ..blobs.keys import dispatch_order_key, file_key, rejections_key
+from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import ENDPOINTS, Catalog
 from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..ids import new_batch_id, new_file_id, now, now_ns
@@ -23,7 +23,7 @@ from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unkn
 from ..validation.lines import BOM
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
-from .bodies import json_object
+from .bodies import json_object, unrecognized_argument
 from .estimate import dry_run_answer
 from .pages import list_page
 
@@ -38,7 +38,6 @@ CREATE_FIELDS = ("input_file_id", "requests", "endpoint", "completion_window", "
 UNSUPPORTED_FIELDS = {
     "output_expires_after": "output_expires_after is not supported: result files are kept until they are deleted",
 }
-_SHOWN_FIELD = 256  # an unknown field's name is echoed up to this many characters
 
 
 def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | None = None) -> bytes:
@@ -198,8 +197,7 @@ def _check_fields(body: dict[str, Any], priority: Any) -> tuple[str, dict[str, s
         if name in UNSUPPORTED_FIELDS:
             raise InvalidRequest(UNSUPPORTED_FIELDS[name], param=name)
         if name not in CREATE_FIELDS:
-            shown = name if len(name) <= _SHOWN_FIELD else name[:_SHOWN_FIELD - 3] + "..."
-            raise InvalidRequest(f"Unrecognized request argument supplied: {shown}", param=shown)
+            raise unrecognized_argument(name)
     endpoint = body.get("endpoint")
     if endpoint not in ENDPOINTS:
         raise InvalidRequest(f"endpoint must be one of: {', '.join(ENDPOINTS)}", param="endpoint")
@@ -242,7 +240,7 @@ def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult, *, st
     file_id = None
     if store:
         file_id = new_file_id()
-        blob_key = f"rejections/{file_id}.jsonl"
+        blob_key = refused_create_key(file_id)
         size = _store_rejections(rt, blob_key, result.rejections)
         rt.files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
                      size=size, blob_key=blob_key)
