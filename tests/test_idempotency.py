@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from openrelay.store.db import Database
 from openrelay.store.schema import idempotency_keys
-from tests.support.batches import CHAT, batch_ids, chat, error_of, file_ids, jsonl, org_key, upload
+from tests.support.batches import CHAT, batch_ids, chat, error_of, file_ids, jsonl, org_key, upload, wait_for
 from tests.support.server import Server, free_port
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
@@ -52,6 +52,14 @@ def _post(server: Server, body: bytes, key: str | bytes | None, api_key: str | N
 def _ok(resp: httpx.Response) -> dict[str, Any]:
     assert resp.status_code == 200, resp.text
     return resp.json()
+
+
+def _not_in_use(resp: httpx.Response) -> httpx.Response | None:
+    """The answer, or None while it is the 409 of a claim another create still holds."""
+    if resp.status_code == 409:
+        error_of(resp, 409, "idempotency_key_in_use")
+        return None
+    return resp
 
 
 def _open_fifo_when_read(path: Path) -> int:
@@ -199,8 +207,9 @@ def test_a_claim_left_by_a_killed_server_is_taken_over_once_stale(make_server):
     server.stop()
     server.env["OPENRELAY_IDEMPOTENCY_CLAIM_SECONDS"] = "1"
     server.start()
-    time.sleep(1.0)  # let the dead claim (made before the kill and two restarts) pass the 1 s staleness
-    answer = _post(server, body, "crashed")
+    # The dead claim (made before the kill and two restarts) is taken over once it is 1 s old; until then each
+    # retry is the same 409, and makes nothing.
+    answer = wait_for(lambda: _not_in_use(_post(server, body, "crashed")), "the dead claim to go stale")
     batch = _ok(answer)
     assert _post(server, body, "crashed").content == answer.content
     assert batch_ids(server) == [batch["id"]]
@@ -328,10 +337,11 @@ def _stored_keys(server: Server) -> set[str]:
 def test_after_the_window_the_key_creates_a_new_batch_and_old_keys_are_purged(make_server):
     server = make_server(env={"OPENRELAY_IDEMPOTENCY_SECONDS": "1"})
     body = _inline("a")
+    _ok(_post(server, _inline("b"), "k-other"))  # first, so it has expired by the time "k-expiring" has
     first = _ok(_post(server, body, "k-expiring"))
-    _ok(_post(server, _inline("b"), "k-other"))
-    time.sleep(1.5)  # past the 1 s window of both
-    again = _ok(_post(server, body, "k-expiring"))
+    # Within its 1 s window a retry replays the first answer (and makes nothing); past it, it creates anew.
+    again = wait_for(lambda: (made := _ok(_post(server, body, "k-expiring")))["id"] != first["id"] and made,
+                     "the key's window to pass")
     assert again["id"] != first["id"]
     # The create purged every expired key: "k-other" is gone, and "k-expiring" holds the new answer.
     assert _stored_keys(server) == {"k-expiring"}
