@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.support.polling import TERMINAL
-from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
+from tests.support.server import Server, catalog_text, create_pg_database, drop_pg_database, free_port
 from tests.support.test_engine import EngineControl as Engine
 from tests.support.test_engine import start_test_engine, stop_test_engine
 from tests.support.workers import WorkerProcess
 
 BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")
+
+pytest_plugins = ["tests.support.browser"]  # the browser, context and page fixtures of the dashboard tests
 
 
 STORE_FIXTURES = frozenset({"server", "make_server", "module_server"})
@@ -87,7 +89,7 @@ class Servers:
             url = f"sqlite:///{data_dir / 'openrelay.db'}"
         extra = list(args)
         if catalog != "builtin":
-            text = catalog or TEST_CATALOG.format(engine=self.engine_url, slots=slots, concurrency=concurrency)
+            text = catalog or catalog_text(self.engine_url, slots=slots, concurrency=concurrency)
             catalog_path = data_dir / "catalog.toml"
             catalog_path.write_text(text)
             extra += ["--catalog", str(catalog_path)]

@@ -21,6 +21,8 @@ from openrelay.store.accounts import Accounts
 from openrelay.store.db import Database
 from tests.support.batches import org_key, wait_for
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 TTL = 1.0
 
 

@@ -17,7 +17,7 @@ from openrelay.catalog import parse_catalog
 from openrelay.errors import CatalogError
 from tests.support.batches import create, results
 from tests.support.mcp_server import running_mcp_server
-from tests.support.server import TEST_CATALOG
+from tests.support.server import catalog_text
 
 
 class _Recorder(http.server.ThreadingHTTPServer):
@@ -74,8 +74,7 @@ def mcp_root() -> Iterator[str]:
 
 
 def tool_catalog(engine_url: str, *allow: str, slots: int = 2) -> str:
-    base = TEST_CATALOG.format(engine=engine_url, slots=slots, concurrency=8)
-    return base.split("[tools]")[0] + "[tools]\nallow = [" + ", ".join(f'"{a}"' for a in allow) + "]\n"
+    return catalog_text(engine_url, slots=slots, tools=allow)
 
 
 def tool_record(custom_id: str, url: str, text: str = "hi") -> dict[str, Any]:

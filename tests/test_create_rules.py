@@ -29,7 +29,7 @@ from tests.support.batches import (
     upload,
     without,
 )
-from tests.support.server import TEST_CATALOG
+from tests.support.server import catalog_text
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
@@ -54,9 +54,7 @@ ALLOWED_TOOL = "http://127.0.0.1:9/mcp"
 BLOCKED_TOOLS = {"tc-metadata": "http://169.254.169.254/latest/meta-data", "tc-metadata-v6": "http://[fd00:ec2::254]/mcp",
                  "tc-metadata-gcp-v6": "http://[fd20:ce::254]/mcp", "tc-metadata-alibaba": "http://100.100.100.200/mcp",
                  "tc-nat64": "http://[64:ff9b::a9fe:a9fe]/mcp", "tc-6to4": "http://[2002:a9fe:a9fe::1]/mcp"}
-METADATA_CATALOG_ALLOW = "allow = [" + ", ".join(
-    f'"{url}"' for url in (ALLOWED_TOOL, *BLOCKED_TOOLS.values(), "https://tools.example.org", "http://127.0.0.1/tools")
-) + "]"
+METADATA_CATALOG_ALLOW = (ALLOWED_TOOL, *BLOCKED_TOOLS.values(), "https://tools.example.org", "http://127.0.0.1/tools")
 BLOCKED = ("in", "points at a link-local or metadata address")
 NOT_ALLOWED = ("in", "is not allowed by the operator")
 USERINFO = ("in", "carries userinfo")
@@ -176,9 +174,7 @@ def _check_rejections(got: list[dict[str, Any]], expected: list[tuple[int, str, 
 
 
 def _metadata_server(make_server, engine_url):
-    catalog = TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=8)
-    assert f'allow = ["{ALLOWED_TOOL}"]' in catalog
-    return make_server(catalog=catalog.replace(f'allow = ["{ALLOWED_TOOL}"]', METADATA_CATALOG_ALLOW))
+    return make_server(catalog=catalog_text(engine_url, tools=METADATA_CATALOG_ALLOW))
 
 
 def test_every_record_rule_in_a_file_and_inline(make_server, engine_url):

@@ -7,37 +7,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.support.browser import chromium, csrf_of, dashboard_root, sign_in
+from tests.support.browser import csrf_of, dashboard_root, sign_in
 
 pytestmark = pytest.mark.slow  # Chromium
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 XSS_TAG = "<script>window.__pwned='tag'</script>"
 XSS_VALUE = '"><img src=x onerror="window.__pwned=\'value\'">'
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as found:
-        yield found
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    ctx = browser.new_context()
-    ctx.set_default_timeout(15_000)
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture
-def page(context: BrowserContext) -> Page:
-    return context.new_page()
 
 
 def _request(custom_id: str, text: str = "hello", model: str = "test/echo") -> dict:

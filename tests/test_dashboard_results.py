@@ -3,31 +3,15 @@ result files (the same bytes as the API's), and an ended batch's page retries it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from tests.support.batches import chat, create, org_key, wait_for
-from tests.support.browser import chromium, dashboard_root, sign_in
+from tests.support.browser import dashboard_root, sign_in
 
 pytestmark = pytest.mark.slow  # Chromium
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as found:
-        yield found
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context: BrowserContext = browser.new_context()
-    context.set_default_timeout(15_000)
-    yield context.new_page()
-    context.close()
 
 
 def test_running_batch_page_downloads_the_partial_files(server, engine, page: Page):

@@ -6,7 +6,7 @@ Scheduling (slots, priority, concurrency), expiry and crash recovery are in test
 from __future__ import annotations
 
 from tests.support.batches import chat, cost, create, create_from_file, get, prompt_text, results, usage_of, wait_for
-from tests.support.server import TEST_CATALOG
+from tests.support.server import catalog_text
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
@@ -103,8 +103,7 @@ def test_429_retried_until_it_clears_and_429_forever_is_an_error_line(make_serve
 
 
 def test_engine_timeout_is_retried_then_the_records_error_line(make_server, engine, engine_url):
-    catalog = TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=4).replace("timeout_seconds = 30",
-                                                                                       "timeout_seconds = 0.5")
+    catalog = catalog_text(engine_url, concurrency=4, timeout_seconds=0.5)
     server = make_server(catalog=catalog, env={"OPENRELAY_RETRY_ATTEMPTS": "2", "OPENRELAY_RETRY_MAX_SECONDS": "0.1"})
     batch = server.wait(create(server, [chat("slow", "too slow to wait for #hold=never"),
                                         chat("quick", "quick answer")])["id"])

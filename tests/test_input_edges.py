@@ -28,6 +28,8 @@ from tests.support.batches import (
     upload,
 )
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 BOM = b"\xef\xbb\xbf"
 RANGE = "json: cannot unmarshal number {} into Go value of type float64"
 NO_RECORDS = "the input has no records"
@@ -197,10 +199,10 @@ def test_an_unknown_top_level_field_is_refused_by_name(server):
     assert batch_ids(server) == [] and file_ids(server) == files
 
     # Step 4 (the feature switch) comes before it.
-    assert server.admin("org", "set", "default", "--expedited", "off").returncode == 0
+    assert server.admin("org", "set", server.org, "--expedited", "off").returncode == 0
     error_of(post_batch(server, input_file_id=file_id, priority="expedited", completion_windows="24h"), 409,
              "feature_disabled")
-    assert server.admin("org", "set", "default", "--expedited", "on").returncode == 0
+    assert server.admin("org", "set", server.org, "--expedited", "on").returncode == 0
 
     # The SDK's own fields pass: metadata, and a null one.
     client = server.client()

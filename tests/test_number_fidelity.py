@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
+
 # Written by hand, so the test says exactly which bytes the user sent (orjson would not even write the integers).
 BODY = ('{"model":"test/echo","messages":[{"role":"user","content":"d\\u00e9j\\u00e0 \\ud83d\\ude00 \\"q\\""}],'
         '"seed":123456789012345678901234567890,"logit_bias":{"-98765432109876543210":-100},'

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from tests.support.batches import create, create_from_file, get, results, wait_for
-from tests.support.server import TEST_CATALOG
+from tests.support.server import catalog_text
 from tests.support.test_engine import EngineControl, running_test_engine, start_test_engine, stop_test_engine
 
 # Long enough that the shared part spans several of the create's prefix blocks.
@@ -95,8 +95,7 @@ def test_a_batch_starts_with_the_group_another_batch_of_its_model_is_sending(mak
 
 
 def test_prefix_grouping_false_keeps_input_order(make_server, engine, engine_url):
-    catalog = TEST_CATALOG.format(engine=engine_url, slots=1, concurrency=1).replace(
-        'name = "test/echo"\n', 'name = "test/echo"\nprefix_grouping = false\n', 1)
+    catalog = catalog_text(engine_url, slots=1, concurrency=1, echo="prefix_grouping = false")
     server = make_server(catalog=catalog)
     records = grouped_records([3, 4, 2])
     batch = server.wait(create_from_file(server, records)["id"])
@@ -106,9 +105,7 @@ def test_prefix_grouping_false_keeps_input_order(make_server, engine, engine_url
 
 
 def _replica_catalog(urls: list[str], concurrency: int) -> str:
-    listed = ", ".join(f'"{u}"' for u in urls)
-    return TEST_CATALOG.format(engine=urls[0], slots=1, concurrency=concurrency).replace(
-        f'base_url = "{urls[0]}"', f"base_urls = [{listed}]", 1)
+    return catalog_text(urls[0], slots=1, concurrency=concurrency, engine_urls=urls)
 
 
 def test_each_prefix_group_goes_to_one_replica_and_both_are_used(make_server):

@@ -30,7 +30,7 @@ from openrelay.prefix import (
 )
 from openrelay.validation.scan import file_lines, inline_lines, scan_records
 from tests.support.batches import CHAT, EMBEDDINGS, embed, jsonl, post_batch, upload
-from tests.support.server import TEST_CATALOG, Server
+from tests.support.server import TEST_CATALOG, Server, catalog_text
 
 CATALOG = parse_catalog("""
 [[models]]
@@ -270,8 +270,7 @@ def test_a_chat_batch_stores_its_dispatch_order(api_server, how):
 
 
 def test_no_order_is_stored_without_grouping_or_for_embeddings(make_server, engine_url):
-    catalog = TEST_CATALOG.format(engine=engine_url, slots=1, concurrency=1).replace(
-        'name = "test/echo"\n', 'name = "test/echo"\nprefix_grouping = false\n', 1)
+    catalog = catalog_text(engine_url, slots=1, concurrency=1, echo="prefix_grouping = false")
     server = make_server(catalog=catalog, args=("--no-worker",))
     answer = post_batch(server, requests=shuffled_records())
     assert answer.status_code == 200, answer.text

@@ -16,18 +16,14 @@ from openai.types.responses import Response
 from tests.support.batches import cost, create, results, usage_of
 from tests.support.mcp_server import running_mcp_server
 from tests.support.polling import until_terminal
-from tests.support.server import TEST_CATALOG
+from tests.support.server import ECHO_ENDPOINTS, catalog_text
 
 RESPONSES = "/v1/responses"
 
 
 def catalog(engine_url: str, *allow: str) -> str:
     """The test catalog with ``test/echo`` offering /v1/responses too, and its tool servers allowed."""
-    text = TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=8)
-    endpoints = 'endpoints = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]'
-    assert text.count(endpoints) == 1
-    text = text.replace(endpoints, endpoints.replace('"]', f'", "{RESPONSES}"]'))
-    return text.split("[tools]")[0] + "[tools]\nallow = [" + ", ".join(f'"{a}"' for a in allow) + "]\n"
+    return catalog_text(engine_url, endpoints=(*ECHO_ENDPOINTS, RESPONSES), tools=allow)
 
 
 def record(custom_id: str, model: str = "test/echo", url: str = RESPONSES, **body: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.batches import chat, cost, create, get, results, usage_of, wait_for
 from tests.support.mcp_server import running_mcp_server
-from tests.support.server import TEST_CATALOG
+from tests.support.server import catalog_text
 
 METADATA_BY_NUMBER = "http://2852039166/mcp"  # 169.254.169.254 spelled as one number: only resolving tells
 
@@ -48,10 +48,8 @@ class McpServer:
 
 def tool_catalog(engine_url: str, *allow: str, slots: int = 2, **limits: float) -> str:
     """The test catalog with its own ``[tools]`` table."""
-    base = TEST_CATALOG.format(engine=engine_url, slots=slots, concurrency=8)
-    assert base.count("[tools]") == 1
-    table = "[tools]\nallow = [" + ", ".join(f'"{a}"' for a in allow) + "]\n"
-    return base.split("[tools]")[0] + table + "".join(f"{k} = {v}\n" for k, v in limits.items())
+    return catalog_text(engine_url, slots=slots, tools=allow,
+                        tool_limits="".join(f"{k} = {v}\n" for k, v in limits.items()))
 
 
 def tool_record(custom_id: str, text: str, url: str, **config: Any) -> dict[str, Any]:

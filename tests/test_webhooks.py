@@ -24,7 +24,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.conftest import Servers, end_live_batches
 from tests.support.batches import chat, create, get, wait_for
-from tests.support.server import TEST_CATALOG, Server
+from tests.support.server import Server, catalog_text
 from tests.support.test_engine import EngineControl
 from tests.support.webhook_receiver import Receiver, running_receiver
 from tests.test_openapi import CHECKS, DOCUMENT_PATH
@@ -38,8 +38,7 @@ SCHEMA = schemathesis.openapi.from_path(DOCUMENT_PATH)
 
 def hook_catalog(engine_url: str, receiver: Receiver) -> str:
     """The test catalog, with the receiver's /hooks/ allowed to be reached on loopback."""
-    return (TEST_CATALOG.format(engine=engine_url, slots=2, concurrency=8)
-            + f'\n[webhooks]\nallow = ["{receiver.base}/hooks/"]\n')
+    return catalog_text(engine_url, extra=f'\n[webhooks]\nallow = ["{receiver.base}/hooks/"]\n')
 
 
 @pytest.fixture(scope="module")

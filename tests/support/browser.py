@@ -1,5 +1,9 @@
 """Playwright driving Debian's Chromium (``/usr/bin/chromium``; scripts/setup.sh installs it): never a browser
-download. The flags keep it off the network it would otherwise try (updates, sync, QUIC)."""
+download. The flags keep it off the network it would otherwise try (updates, sync, QUIC).
+
+The fixtures (tests/conftest.py loads this module as a plugin): ``browser``, one Chromium per module (not per
+session: the sync API's event loop must not outlive the module, others run loops of their own); ``context``, a
+fresh one per test, so no cookie or session leaks into the next test; ``page``, a page in that context."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from playwright.sync_api import Browser, Page, sync_playwright
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -24,6 +29,25 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as found:
+        yield found
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    ctx = browser.new_context()
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context: BrowserContext) -> Page:
+    return context.new_page()
 
 
 def dashboard_root(server: Any) -> str:

@@ -51,6 +51,39 @@ engine = {{ kind = "openai", base_url = "{engine}" }}
 allow = ["http://127.0.0.1:9/mcp"]
 """
 
+ECHO_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+TOOL_ALLOWED = "http://127.0.0.1:9/mcp"  # the test catalog's one allowed tool server (nothing listens there)
+
+
+def catalog_text(engine: str, *, slots: int | str = 2, concurrency: int | str = 8, echo: str = "",
+                 endpoints: tuple[str, ...] = ECHO_ENDPOINTS, engine_urls: list[str] | None = None,
+                 timeout_seconds: float = 30, tools: tuple[str, ...] = (TOOL_ALLOWED,), tool_limits: str = "",
+                 extra: str = "") -> str:
+    """The test catalog (TEST_CATALOG) with the edits tests make to it: ``echo`` lines added to test/echo's table,
+    its ``endpoints``, its engine at several ``engine_urls`` (replicas) or with another ``timeout_seconds``, the
+    ``tools`` allow-list and ``tool_limits`` lines under it, and ``extra`` tables at the end."""
+    text = TEST_CATALOG.format(engine=engine, slots=slots, concurrency=concurrency)
+
+    def edit(old: str, new: str) -> None:
+        nonlocal text
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+
+    if echo:
+        edit('name = "test/echo"\n', f'name = "test/echo"\n{echo.rstrip()}\n')
+    if endpoints != ECHO_ENDPOINTS:
+        edit(f"endpoints = {_toml_list(ECHO_ENDPOINTS)}", f"endpoints = {_toml_list(endpoints)}")
+    if engine_urls is not None:
+        edit(f'base_url = "{engine}", served_model', f"base_urls = {_toml_list(engine_urls)}, served_model")
+    if timeout_seconds != 30:
+        edit("timeout_seconds = 30", f"timeout_seconds = {timeout_seconds}")
+    edit(f"allow = {_toml_list((TOOL_ALLOWED,))}\n", f"allow = {_toml_list(tools)}\n{tool_limits}")
+    return text + extra
+
+
+def _toml_list(items: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
 
 # Each store's pass of the suite takes its servers' ports from a range of its own, below Linux's ephemeral range
 # (32768 and up, where bind(0) and outgoing connections take theirs): scripts/test.sh runs the two passes side by
