@@ -1,5 +1,5 @@
-"""A dry run's answer (``"dry_run": true`` on a create, CONTRACT section 3 step 8): what the create would have
-answered, with ``"id": null``, ``"dry_run": true`` and ``openrelay.estimate``; nothing is created or stored.
+"""A dry run's ``openrelay.estimate`` (``"dry_run": true`` on a create, CONTRACT section 3 step 8; the answer
+around it is the create's, ``service/create.py``): nothing is created or stored.
 
 The estimate reads the records the create would accept once more (the rejected ones never run, never bill):
 - ``input_tokens``: each record's input as its model's engine counts it (``engines.counting``): ``exact`` where
@@ -24,16 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import orjson
 
 from ..catalog import ModelSpec
 from ..engines.counting import counter_for
-from ..ids import now
 from ..runtime import Runtime
-from ..types import ApiKey, Batch, BatchStatus, unknown_progress
 from ..validation.scan import Blocks, ScanResult
 
-__all__ = ["DEFAULT_MAX_TOKENS", "default_max_tokens", "output_limit", "estimate", "dry_run_answer"]
+__all__ = ["DEFAULT_MAX_TOKENS", "default_max_tokens", "output_limit", "estimate"]
 
 DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
 _LLAMA_MAX_TOKENS = 256  # engines/llama_local.py's default for an engine without max_tokens
@@ -97,29 +94,3 @@ def estimate(rt: Runtime, *, source: Callable[[], Blocks], result: ScanResult, e
             found["max_cost_nano_usd"] += price.cost(counted.tokens, limit)
     found["tokens_counted"] = "exact" if exact else "approximate"
     return found
-
-
-def dry_run_answer(rt: Runtime, key: ApiKey, *, result: ScanResult, source: Callable[[], Blocks], endpoint: str,
-                   priority: str, metadata: dict[str, str] | None, input_file_id: str | None) -> bytes:
-    """The create's 200 as it would have been, for a batch that is not made. ``input_file_id`` is None for
-    inline requests (no file is stored for them); ``rejected_records_file_id`` is null (no file is stored)."""
-    created = now()
-    rejected = len(result.rejections)
-    batch = Batch(
-        id="", org_id=key.org_id, key_id=key.id, endpoint=endpoint, input_file_id=input_file_id or "",
-        input_blob_key="", completion_window="24h", priority=priority, status=BatchStatus.VALIDATING,
-        model=result.model or "", created_at=created, expires_at=created + rt.settings.window_seconds,
-        total=result.total, failed=rejected, rejected_count=rejected, metadata=metadata,
-    )
-    answer = batch.as_api()
-    answer["id"] = None
-    answer["input_file_id"] = input_file_id
-    answer["dry_run"] = True
-    answer["rejected_count"] = rejected
-    if rejected:
-        answer["rejected_records"] = [r.as_api() for r in result.rejections]
-        answer["rejected_records_file_id"] = None
-    answer["openrelay"] = {**unknown_progress(),
-                           "estimate": estimate(rt, source=source, result=result, endpoint=endpoint,
-                                                priority=priority)}
-    return orjson.dumps(answer)

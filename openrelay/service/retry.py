@@ -7,7 +7,7 @@ run-time error line (an engine error of any status, ``tool_rounds_exceeded``...)
 line carries one of them; a record with no line at all (a batch that ended without its files) counts as
 ``batch_failed``. Create rejections are never taken: they would be rejected again.
 
-The new batch is made by the normal create (``service.batches.create_batch``), rules, budget and idempotency
+The new batch is made by the normal create (``service.create.create_batch``), rules, budget and idempotency
 included, from inline ``requests`` holding each record's input line byte for byte, in input order, with the
 source's endpoint and priority and metadata ``retry_of=<id>`` plus the source's ``tags``. That body is derived
 only from what the ended batch holds, so the same retry sent again under one Idempotency-Key is the same body
@@ -32,8 +32,8 @@ from ..types import TAGS_KEY, ApiKey, Batch, Scope
 from ..validation.lines import numbered_lines
 from ..worker.inputs import read_rejections
 from .auth import require, require_budget
-from .batches import create_batch
 from .bodies import json_object, reject_unrecognized
+from .create import create_batch
 
 __all__ = ["retry_batch", "RETRY_FIELDS", "NO_LINE_CODE"]
 
