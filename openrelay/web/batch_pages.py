@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..config import LIVE_POLL_SECONDS
 from ..errors import InvalidRequest, OpenRelayError
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
@@ -26,7 +27,6 @@ from .views import BatchView
 
 __all__ = ["add_routes"]
 
-LIVE_POLL_SECONDS = 1
 RECORDS_PAGE = 20
 
 

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ..config import LIVE_POLL_SECONDS
 from ..errors import CsrfRefused, InvalidRequest, NoValidRecords, OpenRelayError, Unauthorized
 from ..http.uploads import receive_upload
 from ..http.writes import OrgWrites
@@ -34,7 +35,6 @@ from .views import BatchView
 __all__ = ["mount_dashboard", "UPLOAD_PATHS"]
 
 PAGE_SIZE = 25
-LIVE_POLL_SECONDS = 1
 UPLOAD_PATHS = ("/new/upload",)  # the routes that stream an upload (http/uploads.py), held to its limit, not 1 MB
 
 

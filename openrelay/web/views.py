@@ -15,7 +15,7 @@ import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ..service.dashboard import shown_status
-from ..types import TERMINAL, Batch, tag_list
+from ..types import CANCELLABLE, TERMINAL, Batch, tag_list
 
 __all__ = ["templates", "BatchView", "chip_colour", "STATIC_DIR", "CHIP_COLOURS"]
 
@@ -93,6 +93,10 @@ class BatchView:
     @property
     def live(self) -> bool:
         return self.batch.status not in TERMINAL
+
+    @property
+    def cancellable(self) -> bool:
+        return self.batch.status in CANCELLABLE
 
     @property
     def tags(self) -> list[tuple[str, int]]:
