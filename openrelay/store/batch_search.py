@@ -1,9 +1,10 @@
 """The dashboard's reads of batches: a page under any mix of its filters, and the summary of the filtered set.
 
-Kept apart from ``batches.py`` (the API's list and the workers' claims): the dashboard filters on more than the
-API does (several tags, queued apart from running, priority, a created range, text over id and metadata), and
-summarises what it filters. Every condition is SQL; tags are rows of ``batch_tags`` (store/tags.py), so a page
-and a summary under tag filters read the first tag's index range instead of every batch's metadata text.
+Kept apart from ``batches.py`` (the API's list) and ``leases.py`` (the workers' claims): the dashboard filters on
+more than the API does (several tags, queued apart from running, priority, a created range, text over id and
+metadata), and summarises what it filters. Every condition is SQL; tags are rows of ``batch_tags``
+(store/tags.py), so a page and a summary under tag filters read the first tag's index range instead of every
+batch's metadata text.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 
 from ..errors import NotFound
 from ..types import SHOWN_QUEUED, SHOWN_RUNNING, Batch, BatchStatus, shown_status
-from .batches import batch_from_row
+from .batch_rows import batch_from_row
 from .db import Database, holds_nul
 from .schema import batches
 from .tags import tagged

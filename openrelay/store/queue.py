@@ -2,8 +2,8 @@
 
 (The rates come from the batch's own row: ``store/throughput.py``.)
 
-A queued batch's position is where the next claims would take it
-(``Batches._next_queued``): per model, every queued expedited batch before any standard one; within a tier the
+A queued batch's position is where the next claims would take it (``BatchLeases._next_queued``,
+store/leases.py): per model, every queued expedited batch before any standard one; within a tier the
 organization with the fewest batches of the model running first, then the oldest batch. Each batch that starts
 adds one to its organization's count, so the claims go round the organizations; ``queue_order`` replays that
 from one read of the model's live batches (the ``(status, model)`` index). It assumes no running batch ends

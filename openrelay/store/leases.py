@@ -1,0 +1,157 @@
+"""The workers' side of batch rows: validated batches queued, claims and leases, the marks a lease fences, and
+the retry mark that gives a failed run back to the queue. Every time here is the database's clock."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from ..errors import NotFound
+from ..ids import now
+from ..types import LIVE_VALUES, Batch, BatchStatus
+from .batch_rows import batch_from_row
+from .db import Database
+from .schema import batches
+
+__all__ = ["BatchLeases"]
+
+
+class BatchLeases:
+    """What the scheduler and workers do to batch rows (``store/batches.py``'s ``Batches`` has these too)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def by_id(self, batch_id: str) -> Batch:
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(batches).where(batches.c.id == batch_id)).first()
+        if row is None:
+            raise NotFound(f"No such Batch object: {batch_id}")
+        return batch_from_row(row)
+
+    def promote_validated(self) -> int:
+        """Validated batches join their model's queue (in_progress with in_progress_at still null)."""
+        with self.db.write() as conn:
+            return conn.execute(batches.update().where(batches.c.status == BatchStatus.VALIDATING.value)
+                                .values(status=BatchStatus.IN_PROGRESS.value)).rowcount
+
+    def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
+              busy: frozenset[str] = frozenset(), *, runs: bool = True) -> Batch | None:
+        """Lease the next batch this worker should act on, or None. ``busy``: batches this worker is acting on
+        already; even if their lease lapsed (a stalled heartbeat), it must not start a second run of one.
+        ``runs=False``: the worker runs as many batches as it may (``max_batches``); only a batch to settle.
+
+        First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
+        cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
+        free slot, the queued batch that comes first (``_next_queued``).
+
+        Atomic however many workers claim at once: the candidate row is locked (``FOR UPDATE SKIP LOCKED`` on
+        PostgreSQL, so a racing worker takes the next one; SQLite's write transaction admits one writer), and the
+        lease is taken by an update that re-checks the lease is free and must change exactly that row. Times are
+        the database's clock.
+        """
+        models = list(slots)
+        with self.db.write() as conn:
+            clock = self.db.clock(conn)
+            free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
+            to_settle = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
+                         batches.c.model.not_in(models)]
+            row = conn.execute(sa.select(batches.c.id).where(
+                batches.c.status.in_(LIVE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
+                sa.or_(*to_settle, *([batches.c.started.is_(True)] if runs else [])),
+            ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
+            if row is None and runs:
+                row = self._next_queued(conn, slots, clock)
+            if row is None:
+                return None
+            taken = conn.execute(batches.update().where(batches.c.id == row.id, free).values(
+                lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
+            if taken.rowcount != 1:
+                return None  # another worker's claim won; the next tick looks again
+            claimed = batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
+            return claimed.claimed_at(clock)
+
+    def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
+        """Per model with a free slot (counted over every worker, under the model's lock): expedited before
+        standard, always; within a tier, fair share: the organization with the fewest batches of this model
+        running goes first, then the oldest batch. One organization's hundred queued batches cannot hold back
+        another's one."""
+        for model, model_slots in slots.items():
+            self.db.lock_model(conn, model)
+            running = conn.execute(sa.select(sa.func.count()).where(
+                batches.c.model == model, batches.c.started.is_(True),
+                batches.c.status.in_(LIVE_VALUES))).scalar_one()
+            if running >= model_slots:
+                continue
+            mine = batches.alias("running_of_org")
+            org_running = (sa.select(sa.func.count()).where(
+                mine.c.model == model, mine.c.org_id == batches.c.org_id, mine.c.started.is_(True),
+                mine.c.status.in_(LIVE_VALUES)).scalar_subquery())
+            row = conn.execute(sa.select(batches.c.id).where(
+                batches.c.model == model, batches.c.started.is_(False),
+                batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),
+            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), org_running, batches.c.created_ns)
+              .limit(1)).first()
+            if row is not None:
+                return row
+        return None
+
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """Per model: (batches queued, batches running), across every worker on this store."""
+        query = (sa.select(batches.c.model, batches.c.started, sa.func.count())
+                 .where(batches.c.status == BatchStatus.IN_PROGRESS.value)
+                 .group_by(batches.c.model, batches.c.started))
+        depths: dict[str, list[int]] = {}
+        with self.db.read() as conn:
+            for model, started, count in conn.execute(query).all():
+                depths.setdefault(model, [0, 0])[1 if started else 0] += count
+        return {model: (queued, running) for model, (queued, running) in depths.items()}
+
+    def renew_lease(self, batch_id: str, worker_id: str, lease_seconds: float) -> Batch | None:
+        """Extend our lease and read the batch back; None when another worker holds it now."""
+        with self.db.write() as conn:
+            done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                                .values(lease_expires_at=self.db.clock(conn) + lease_seconds))
+            if done.rowcount == 0:
+                return None
+            return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
+
+    def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None) -> None:
+        """Record the adaptive concurrency limit this worker runs the batch at now (the progress object shows it).
+        Fenced by the lease: a worker that lost it writes nothing, and is not told (its run ends on the next
+        renewal). An unchanged limit writes no row, so it sends no change notice (store/read_cache.py)."""
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+                batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit))
+
+    def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
+        """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)
+        until ``delay`` seconds from now."""
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                         .values(lease_owner=None, lease_expires_at=None, started=False, run_failures=failures,
+                                 retry_at=self.db.clock(conn) + delay))
+
+    def release(self, batch_id: str, worker_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                         .values(lease_owner=None, lease_expires_at=None))
+
+    def mark_running(self, batch_id: str) -> None:
+        """The first request is about to start: the queue wait ends here."""
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.in_progress_at.is_(None))
+                         .values(in_progress_at=now()))
+
+    def mark_finalizing(self, batch_id: str, worker_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+                batches.c.status == BatchStatus.IN_PROGRESS.value,
+            ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now()))
+
+
+def _ready(clock: float) -> sa.ColumnElement[bool]:
+    """Not waiting out the backoff after a failed run."""
+    return sa.or_(batches.c.retry_at.is_(None), batches.c.retry_at <= clock)
