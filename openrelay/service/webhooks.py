@@ -11,7 +11,8 @@ from ..catalog import Catalog
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest
 from ..runtime import Runtime
-from ..store.webhooks import WebhookEndpoint, WebhookStore
+from ..store.webhook_endpoints import WebhookEndpoint
+from ..store.webhooks import WebhookStore
 from ..types import ApiKey, Scope
 from ..webhooks.delivery import Attempt, WebhookDelivery
 from ..webhooks.network import normalized, webhook_url_problem
@@ -47,7 +48,7 @@ def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, e
     every delivery and logged like one; a failure is not retried."""
     endpoint = store.endpoint(endpoint_id, org_id)
     delivery = WebhookDelivery(store, catalog, settings)
-    due = store.enqueue_test_event(endpoint, hold_seconds=delivery.hold_seconds)
+    due = store.enqueue_test_event(endpoint.id, hold_seconds=delivery.hold_seconds)
     return asyncio.run(delivery.deliver(due, retry=False))
 
 

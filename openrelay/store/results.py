@@ -21,7 +21,7 @@ from .db import Database
 from .files import insert_file
 from .schema import api_keys, batch_chunks, batches
 from .throughput import add_flush
-from .webhooks import enqueue_batch_event
+from .webhook_outbox import enqueue_batch_event
 
 __all__ = ["Results", "Chunk", "LeaseLost", "ResultFile"]
 
@@ -153,6 +153,6 @@ class Results:
                             .values(**values))
         if done.rowcount == 0:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
-        # The webhook event of this status, in the same transaction: both commit or neither (store/webhooks.py).
+        # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
                             stamp=stamp)

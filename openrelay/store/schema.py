@@ -185,7 +185,7 @@ web_sessions = Table(
     Index("ix_web_sessions_expires", "expires_at"),
 )
 
-# -- webhooks (store/webhooks.py, migration 0007) -----------------------------------------------------------------
+# -- webhooks (store/webhook_endpoints.py and webhook_outbox.py, migration 0007) ---------------------------------
 __all__ += ["webhook_endpoints", "webhook_events", "webhook_deliveries", "webhook_attempts"]
 
 # An organization's endpoints. ``secret`` (``whsec_`` + base64) signs every delivery, so it is kept as it is;

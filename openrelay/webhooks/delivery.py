@@ -2,7 +2,7 @@
 each signed event, record the attempt, and come back for failures with an exponential backoff.
 
 Any number of loops on any number of machines share the outbox through the store's claims
-(``WebhookStore.claim_due``); a loop holds nothing the store does not. ``deliver_due`` does one round and
+(``WebhookOutbox.claim_due``); a loop holds nothing the store does not. ``deliver_due`` does one round and
 returns what it did, so a test or an operator can drain the outbox without a loop.
 """
 
@@ -18,7 +18,7 @@ from ..catalog import Catalog
 from ..config import Settings
 from ..egress import BlockedAddress
 from ..metrics import WEBHOOK_ATTEMPTS
-from ..store.webhooks import DELIVERED, DueDelivery, WebhookStore
+from ..store.webhook_outbox import DELIVERED, DueDelivery, WebhookOutbox
 from .network import webhook_client
 from .signing import signed_headers
 
@@ -59,7 +59,7 @@ def retry_delay(settings: Settings, attempt: int) -> float:
 
 
 class WebhookDelivery:
-    def __init__(self, store: WebhookStore, catalog: Catalog, settings: Settings) -> None:
+    def __init__(self, store: WebhookOutbox, catalog: Catalog, settings: Settings) -> None:
         self.store = store
         self.catalog = catalog
         self.settings = settings

@@ -1,0 +1,234 @@
+"""The webhook outbox: events, one delivery of each per endpoint, the claims delivery loops take, and the log.
+
+An event is written by ``enqueue_batch_event`` inside the transaction that gives a batch its terminal status
+(``store/results.py``), with one delivery per endpoint the organization has then: the status and its event
+commit together or not at all, so a crash can neither lose an event nor make one up.
+
+Delivery loops on any number of machines share the deliveries through ``claim_due``: a due row is taken by an
+update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, under
+``FOR UPDATE SKIP LOCKED`` on PostgreSQL (a racing loop takes the next rows) and SQLite's single writer. An
+attempt's result is written with ``record_attempt`` in one transaction with its log row, fenced by the claim's
+token. A loop that dies mid-attempt leaves the row to come due again: an event may arrive twice, but is never lost.
+Every time here is the database's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id, now
+from ..types import BatchStatus
+from .db import Database
+from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
+
+__all__ = ["WebhookOutbox", "DueDelivery", "AttemptLog", "EVENT_TYPES", "TEST_EVENT_TYPE", "PENDING", "DELIVERED",
+           "FAILED", "REMOVED", "enqueue_batch_event", "end_pending_deliveries", "event_payload"]
+
+# The event each terminal status sends (OpenAI's batch webhook events).
+EVENT_TYPES = {
+    BatchStatus.COMPLETED: "batch.completed",
+    BatchStatus.FAILED: "batch.failed",
+    BatchStatus.EXPIRED: "batch.expired",
+    BatchStatus.CANCELLED: "batch.cancelled",
+}
+TEST_EVENT_TYPE = "webhook.test"  # `orl admin webhook test`: data.id is the endpoint's id
+
+# A delivery's state (webhook_deliveries.state).
+PENDING, DELIVERED, FAILED, REMOVED = "pending", "delivered", "failed", "removed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DueDelivery:
+    """A delivery claimed by one loop: everything needed to send it and to record the outcome."""
+
+    event_id: str
+    endpoint_id: str
+    org_id: str
+    url: str
+    secret: str
+    payload: bytes
+    attempt: int  # this attempt's number, 1 for the first
+    enqueued_at: float
+    claim_token: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptLog:
+    event_id: str
+    event_type: str
+    batch_id: str | None
+    endpoint_id: str
+    org_id: str
+    url: str
+    attempt: int
+    attempted_at: float
+    outcome: str
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+    state: str  # the delivery's state now
+
+    def as_json(self) -> dict[str, Any]:
+        return {"event_id": self.event_id, "type": self.event_type, "batch_id": self.batch_id,
+                "endpoint_id": self.endpoint_id, "org_id": self.org_id, "url": self.url, "attempt": self.attempt,
+                "attempted_at": round(self.attempted_at, 3), "outcome": self.outcome,
+                "status_code": self.status_code, "error": self.error, "duration_ms": self.duration_ms,
+                "delivery_state": self.state}
+
+
+def event_payload(event_id: str, event_type: str, created_at: int, object_id: str) -> bytes:
+    """The body of an event, as OpenAI's webhooks shape it."""
+    return orjson.dumps({"id": event_id, "object": "event", "type": event_type, "created_at": created_at,
+                         "data": {"id": object_id}})
+
+
+def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: str, batch_id: str | None,
+                  object_id: str, stamp: int, endpoint_id: str | None = None) -> str:
+    """The event and a pending delivery, due now, to each live endpoint of the organization (or only to
+    ``endpoint_id``)."""
+    event_id = new_event_id()
+    conn.execute(webhook_events.insert().values(
+        id=event_id, org_id=org_id, type=event_type, batch_id=batch_id, created_at=stamp,
+        payload=event_payload(event_id, event_type, stamp, object_id).decode()))
+    e = webhook_endpoints.c
+    targets = sa.select(
+        sa.literal(event_id, sa.String), e.id, e.org_id, sa.literal(PENDING, sa.String), sa.literal(0),
+        sa.literal(clock, sa.Float), sa.literal(clock, sa.Float),
+    ).where(e.org_id == org_id, e.removed_at.is_(None))
+    if endpoint_id is not None:
+        targets = targets.where(e.id == endpoint_id)
+    d = webhook_deliveries.c
+    conn.execute(webhook_deliveries.insert().from_select(
+        [d.event_id, d.endpoint_id, d.org_id, d.state, d.attempts, d.enqueued_at, d.next_attempt_at], targets))
+    return event_id
+
+
+def enqueue_batch_event(conn: Connection, *, clock: float, org_id: str, batch_id: str, status: BatchStatus,
+                        stamp: int) -> str:
+    """Called inside the transaction that writes the terminal ``status``; returns the event's id."""
+    return _insert_event(conn, clock=clock, org_id=org_id, event_type=EVENT_TYPES[status], batch_id=batch_id,
+                         object_id=batch_id, stamp=stamp)
+
+
+def end_pending_deliveries(conn: Connection, endpoint_id: str) -> None:
+    """Called inside the transaction that removes the endpoint: its pending deliveries end (``removed``)."""
+    d = webhook_deliveries.c
+    conn.execute(webhook_deliveries.update().where(d.endpoint_id == endpoint_id, d.state == PENDING)
+                 .values(state=REMOVED, claim_token=None))
+
+
+class WebhookOutbox:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def enqueue_test_event(self, endpoint_id: str, *, hold_seconds: float) -> DueDelivery:
+        """A test event for one endpoint (found live by the caller), its delivery already claimed by the caller,
+        who sends it (so no delivery loop takes it first)."""
+        d, e = webhook_deliveries.c, webhook_endpoints.c
+        token = new_claim_token()
+        with self.db.write() as conn:
+            clock = self.db.clock(conn)
+            endpoint = conn.execute(sa.select(e.org_id, e.url, e.secret).where(e.id == endpoint_id)).one()
+            event_id = _insert_event(conn, clock=clock, org_id=endpoint.org_id, event_type=TEST_EVENT_TYPE,
+                                     batch_id=None, object_id=endpoint_id, stamp=now(), endpoint_id=endpoint_id)
+            conn.execute(webhook_deliveries.update().where(d.event_id == event_id, d.endpoint_id == endpoint_id)
+                         .values(next_attempt_at=clock + hold_seconds, claim_token=token))
+            payload = conn.execute(sa.select(webhook_events.c.payload).where(webhook_events.c.id == event_id)
+                                   ).scalar_one()
+        return DueDelivery(event_id=event_id, endpoint_id=endpoint_id, org_id=endpoint.org_id, url=endpoint.url,
+                           secret=endpoint.secret, payload=payload.encode(), attempt=1, enqueued_at=clock,
+                           claim_token=token)
+
+    def claim_due(self, *, limit: int, hold_seconds: float) -> list[DueDelivery]:
+        """Up to ``limit`` pending deliveries due now (oldest due first), each taken for ``hold_seconds``: no
+        other loop takes it meanwhile, and after that it is due again unless its outcome was recorded."""
+        d, e, ev = webhook_deliveries.c, webhook_endpoints.c, webhook_events.c
+        with self.db.read() as conn:  # most rounds find nothing: a read, not a write lock (SQLite has one)
+            clock = self.db.clock(conn)
+            if conn.execute(sa.select(d.event_id).where(d.state == PENDING, d.next_attempt_at <= clock)
+                            .limit(1)).first() is None:
+                return []
+        token = new_claim_token()
+        with self.db.write() as conn:
+            clock = self.db.clock(conn)
+            due = sa.and_(d.state == PENDING, d.next_attempt_at <= clock)
+            rows = conn.execute(sa.select(d.event_id, d.endpoint_id).where(due).order_by(d.next_attempt_at)
+                                .limit(limit).with_for_update(skip_locked=True)).all()
+            claimed: list[DueDelivery] = []
+            for row in rows:
+                taken = conn.execute(webhook_deliveries.update().where(
+                    d.event_id == row.event_id, d.endpoint_id == row.endpoint_id, due,
+                ).values(next_attempt_at=clock + hold_seconds, claim_token=token))
+                if taken.rowcount != 1:
+                    continue
+                full = conn.execute(
+                    sa.select(d.attempts, d.enqueued_at, e.url, e.secret, ev.payload, d.org_id)
+                    .select_from(webhook_deliveries.join(webhook_endpoints, e.id == d.endpoint_id)
+                                 .join(webhook_events, ev.id == d.event_id))
+                    .where(d.event_id == row.event_id, d.endpoint_id == row.endpoint_id)).one()
+                claimed.append(DueDelivery(event_id=row.event_id, endpoint_id=row.endpoint_id, org_id=full.org_id,
+                                           url=full.url, secret=full.secret, payload=full.payload.encode(),
+                                           attempt=full.attempts + 1, enqueued_at=full.enqueued_at,
+                                           claim_token=token))
+        return claimed
+
+    def record_attempt(self, due: DueDelivery, *, outcome: str, status_code: int | None, error: str | None,
+                       duration_ms: int, retry_in: float | None, give_up_after: float) -> str:
+        """Log the attempt and move its delivery on: ``delivered``; or due again in ``retry_in`` seconds;
+        or ``failed`` when that would be later than ``give_up_after`` seconds from when it was enqueued (or
+        ``retry_in`` is None). Returns the delivery's state. A claim that is no longer ours (its hold lapsed and
+        another loop took it) changes nothing but the log."""
+        d = webhook_deliveries.c
+        with self.db.write() as conn:
+            clock = self.db.clock(conn)
+            conn.execute(webhook_attempts.insert().values(
+                id=new_webhook_attempt_id(), event_id=due.event_id, endpoint_id=due.endpoint_id,
+                org_id=due.org_id, attempt=due.attempt, attempted_at=clock, outcome=outcome,
+                status_code=status_code, error=error, duration_ms=duration_ms))
+            values: dict[str, Any] = {"attempts": due.attempt, "last_attempt_at": clock, "claim_token": None}
+            if outcome == DELIVERED:
+                values.update(state=DELIVERED, delivered_at=clock)
+            elif retry_in is None or clock + retry_in > due.enqueued_at + give_up_after:
+                values.update(state=FAILED)
+            else:
+                values.update(next_attempt_at=clock + retry_in)
+            done = conn.execute(webhook_deliveries.update().where(
+                d.event_id == due.event_id, d.endpoint_id == due.endpoint_id, d.claim_token == due.claim_token,
+                d.state == PENDING).values(**values))
+            if done.rowcount == 1:
+                return str(values.get("state", PENDING))
+            return str(conn.execute(sa.select(d.state).where(d.event_id == due.event_id,
+                                                             d.endpoint_id == due.endpoint_id)).scalar_one())
+
+    # -- what the operator reads ----------------------------------------------------------------------------------
+
+    def attempts(self, *, org_id: str | None = None, endpoint_id: str | None = None, event_id: str | None = None,
+                 limit: int = 100) -> list[AttemptLog]:
+        """The delivery log, newest attempt first."""
+        a, ev, e, d = webhook_attempts.c, webhook_events.c, webhook_endpoints.c, webhook_deliveries.c
+        query = (sa.select(a.event_id, ev.type, ev.batch_id, a.endpoint_id, a.org_id, e.url, a.attempt,
+                           a.attempted_at, a.outcome, a.status_code, a.error, a.duration_ms, d.state)
+                 .select_from(webhook_attempts.join(webhook_events, ev.id == a.event_id)
+                              .join(webhook_endpoints, e.id == a.endpoint_id)
+                              .join(webhook_deliveries, sa.and_(d.event_id == a.event_id,
+                                                                d.endpoint_id == a.endpoint_id)))
+                 .order_by(a.attempted_at.desc(), a.attempt.desc()).limit(limit))
+        for column, value in ((a.org_id, org_id), (a.endpoint_id, endpoint_id), (a.event_id, event_id)):
+            if value is not None:
+                query = query.where(column == value)
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+        return [AttemptLog(event_id=r[0], event_type=r[1], batch_id=r[2], endpoint_id=r[3], org_id=r[4], url=r[5],
+                           attempt=r[6], attempted_at=r[7], outcome=r[8], status_code=r[9], error=r[10],
+                           duration_ms=r[11], state=r[12]) for r in rows]
+
+    def delivery_states(self, event_id: str) -> dict[str, str]:
+        """endpoint id -> state, for one event."""
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            return dict(conn.execute(sa.select(d.endpoint_id, d.state).where(d.event_id == event_id)).all())
