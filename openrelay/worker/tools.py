@@ -15,53 +15,37 @@ record (``ToolLimits``), closing the sessions included; a failed or timed-out to
 the model, not the record's end; a tool result is cut at ``max_output_bytes``. Whatever a tool server does ends
 at most its record, as a ``ToolLoopFailed``: never the batch the record is part of.
 
-``ToolLoopFailed`` ends the record as an error line, its ``code`` one of:
-
-- ``tool_server_not_allowed``: the allow-list or the address check refuses a server;
-- ``tool_server_unavailable``: a server cannot be resolved, reached, or would not list its tools;
-- ``tool_timeout``: the record spent its tool-server time (``record_timeout_seconds``);
-- ``tool_rounds_exceeded``: the model still called server tools after ``max_rounds`` rounds.
+The time budget is ``tool_budget.py``'s; the failure codes, and how an exception out of the sessions maps to
+one, are ``tool_errors.py``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-import anyio
 import httpx2
 import orjson
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, Tool
 
-from ..catalog import Catalog, ToolLimits
+from ..catalog import Catalog
 from ..egress import BlockedAddress, checked_client
 from ..engines.base import EngineReply
 from ..validation.tool_config import DEFAULT_MAX_ROUNDS
+from .tool_budget import ToolBudget
+from .tool_errors import ToolLoopFailed, describe, failure_of, failure_of_group, found_in
 from .tool_shapes import ToolCall, ToolShape, shape_for
 
 __all__ = ["ModelCall", "ToolLoopFailed", "run_tool_loop"]
 
 ModelCall = Callable[[dict[str, Any]], Awaitable[EngineReply]]
-T = TypeVar("T")
 
-log = logging.getLogger("openrelay.worker")
 _LIST_PAGES = 100  # a server whose tool listing never ends cannot hold a record forever
 logging.getLogger("httpx2").setLevel(logging.WARNING)  # mcp's HTTP client logs every request at INFO
-
-
-class ToolLoopFailed(Exception):
-    """The record ends as an error line with this code and message."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model: ModelCall,
@@ -70,7 +54,7 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
     ``call_model`` makes one model call with the worker's retries; ``endpoint`` (chat completions or responses)
     decides how tools are offered and calls read (``tool_shapes``). Raises ``ToolLoopFailed``, or what
     ``call_model`` raised; never anything else, so no record can bring down the batch that runs it."""
-    budget = _Budget(catalog.tool_limits)
+    budget = ToolBudget(catalog.tool_limits)
     model_errors: list[BaseException] = []
     ended: list[EngineReply | Exception] = []  # how the loop ended, should closing its sessions run out of time
 
@@ -96,21 +80,21 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
                     ended.append(exc)
                     raise
     except BaseExceptionGroup as group:
-        failure = _unwrapped(group, model_errors)
+        failure = failure_of_group(group, model_errors)
     except Exception as exc:
-        failure = _failure(exc, model_errors)
+        failure = failure_of(exc, model_errors)
     if ended and isinstance(ended[0], EngineReply) and (failure is None or isinstance(failure, ToolLoopFailed)):
         return ended[0]  # the model answered: closing the sessions, failed or cut short, changes nothing
     if failure is not None:
         raise failure from None
-    if ended:  # the loop failed, then closing the sessions ran out of time (``_Budget.closing``)
-        raise _failure(ended[0], model_errors) from None
+    if ended:  # the loop failed, then closing the sessions ran out of time (``ToolBudget.closing``)
+        raise failure_of(ended[0], model_errors) from None
     budget.next_timeout()  # here only when a setup step ran out of time: the record's, or else the step's own
     raise ToolLoopFailed("tool_server_unavailable", f"{budget.step} timed out")
 
 
 async def _connected_loop(stack: contextlib.AsyncExitStack, body: dict[str, Any], config: dict[str, Any],
-                          call_model: ModelCall, catalog: Catalog, budget: _Budget, shape: ToolShape) -> EngineReply:
+                          call_model: ModelCall, catalog: Catalog, budget: ToolBudget, shape: ToolShape) -> EngineReply:
     own_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
     own_names = {shape.defined_name(t) for t in own_tools}
     routes: dict[str, Client] = {}
@@ -126,7 +110,7 @@ async def _connected_loop(stack: contextlib.AsyncExitStack, body: dict[str, Any]
 
 
 async def _loop(request: dict[str, Any], routes: dict[str, Client], max_rounds: int, call_model: ModelCall,
-                budget: _Budget, shape: ToolShape) -> EngineReply:
+                budget: ToolBudget, shape: ToolShape) -> EngineReply:
     conversation = shape.conversation(request)
     if conversation is None:  # nothing to append to: the engine says what is wrong with the body
         return await call_model(request)
@@ -161,60 +145,8 @@ def _final(reply: EngineReply, rounds: int, usage: dict[str, Any]) -> EngineRepl
 # -- tool servers ------------------------------------------------------------------------------------------------
 
 
-class _Budget:
-    """The record's tool-server time: each operation gets the per-call timeout or what is left, if less.
-
-    A tool call is timed by a cancel scope of its own (``run``). Connecting and listing are timed by
-    ``setup_scope``, which encloses the sessions' whole life: a session is entered in one step and left at the
-    end of the record, and a cancel scope must enclose both. Its deadline is set only while a step runs."""
-
-    def __init__(self, limits: ToolLimits) -> None:
-        self.limits = limits
-        self.left = limits.record_timeout_seconds
-        self.setup_scope = anyio.CancelScope()
-        self.step = ""
-        self._closing = False
-
-    def next_timeout(self) -> float:
-        if self.left <= 0:
-            raise ToolLoopFailed("tool_timeout", f"the record spent its {self.limits.record_timeout_seconds:g} "
-                                                 "seconds of tool-server time")
-        return min(self.limits.call_timeout_seconds, self.left)
-
-    async def run(self, operation: Awaitable[T]) -> T:
-        """Raises TimeoutError past the call's limit (then ``left`` tells whose limit it was)."""
-        limit = self.next_timeout()
-        started = time.monotonic()
-        try:
-            with anyio.fail_after(limit):
-                return await operation
-        finally:
-            self.left -= time.monotonic() - started
-
-    def closing(self) -> None:
-        """Called on the way out, before the first session is closed: closing them all gets one call's time or
-        what is left of the record's, if less. Closing a session sends the server a DELETE (the MCP client's
-        courtesy, so the server can free the session), which a stalled server need never answer."""
-        if not self._closing:
-            self._closing = True
-            limit = max(0.0, min(self.limits.call_timeout_seconds, self.left))
-            self.setup_scope.deadline = anyio.current_time() + limit
-
-    @contextlib.contextmanager
-    def setting_up(self, step: str) -> Iterator[None]:
-        """One step of connecting or listing; past its limit ``setup_scope`` ends the whole loop."""
-        self.step = step
-        self.setup_scope.deadline = anyio.current_time() + self.next_timeout()
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.setup_scope.deadline = math.inf
-            self.left -= time.monotonic() - started
-
-
 async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], catalog: Catalog,
-                   budget: _Budget) -> Client:
+                   budget: ToolBudget) -> Client:
     url = server["url"]
     # The normalized URL is the one connected to: the server is asked for exactly the path the allow-list
     # compared (``/mcp/x/%2e%2e/y`` is sent as ``/mcp/y``), and the HTTP client checks every request it sends,
@@ -232,16 +164,16 @@ async def _connect(stack: contextlib.AsyncExitStack, server: dict[str, Any], cat
             client = Client(streamable_http_client(target, http_client=http))
             await stack.enter_async_context(client)
         except Exception as exc:
-            blocked = _found(exc, BlockedAddress)
+            blocked = found_in(exc, BlockedAddress)
             if blocked is not None:
                 raise ToolLoopFailed("tool_server_not_allowed",
                                      f"tool server {url} {blocked}; it is never contacted") from None
-            raise ToolLoopFailed("tool_server_unavailable", f"tool server {url}: {_describe(exc)}") from None
+            raise ToolLoopFailed("tool_server_unavailable", f"tool server {url}: {describe(exc)}") from None
     stack.callback(budget.closing)  # runs before this session (and any opened before it) is closed
     return client
 
 
-async def _list_tools(client: Client, server: dict[str, Any], budget: _Budget) -> list[Tool]:
+async def _list_tools(client: Client, server: dict[str, Any], budget: ToolBudget) -> list[Tool]:
     tools: list[Tool] = []
     cursor: str | None = None
     with budget.setting_up(f"tool server {server['url']}: listing its tools"):
@@ -254,12 +186,12 @@ async def _list_tools(client: Client, server: dict[str, Any], budget: _Budget) -
                     break
         except Exception as exc:
             raise ToolLoopFailed("tool_server_unavailable",
-                                 f"tool server {server['url']}: listing its tools failed: {_describe(exc)}") from None
+                                 f"tool server {server['url']}: listing its tools failed: {describe(exc)}") from None
     allowed = server.get("allowed_tools")
     return [tool for tool in tools if allowed is None or tool.name in allowed]
 
 
-async def _run_call(call: ToolCall, routes: dict[str, Client], budget: _Budget) -> str:
+async def _run_call(call: ToolCall, routes: dict[str, Client], budget: ToolBudget) -> str:
     """The text the model gets back: the tool's result, or what went wrong with the call."""
     name = call.name
     assert name is not None  # only calls of routed tools run
@@ -276,7 +208,7 @@ async def _run_call(call: ToolCall, routes: dict[str, Client], budget: _Budget) 
         budget.next_timeout()
         return f"error: the call of {name} timed out after {budget.limits.call_timeout_seconds:g} seconds"
     except Exception as exc:
-        return f"error: {_describe(exc)}"
+        return f"error: {describe(exc)}"
     text = _result_text(result)
     return _capped(f"error: {text}" if result.is_error else text, budget.limits.max_output_bytes)
 
@@ -295,7 +227,7 @@ def _capped(text: str, limit: int) -> str:
     return raw[:limit].decode("utf-8", "ignore") + f"\n[tool output cut to {limit} of its {len(raw)} bytes]"
 
 
-# -- usage and failures ----------------------------------------------------------------------------------------
+# -- usage ----------------------------------------------------------------------------------------------
 
 
 def _add_usage(total: dict[str, Any], usage: Any) -> None:
@@ -308,51 +240,3 @@ def _add_usage(total: dict[str, Any], usage: Any) -> None:
                 total[key] = total.get(key, 0) + value
         elif isinstance(value, dict) and isinstance(total.setdefault(key, {}), dict):
             _add_usage(total[key], value)
-
-
-def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    """The exceptions inside ``group``, however deeply nested."""
-    return [leaf for exc in group.exceptions
-            for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])]
-
-
-def _unwrapped(group: BaseExceptionGroup, model_errors: list[BaseException]) -> BaseException:
-    leaves = _leaves(group)
-    for wanted in (lambda e: e in model_errors or not isinstance(e, Exception),
-                   lambda e: isinstance(e, ToolLoopFailed)):
-        found = next((leaf for leaf in leaves if wanted(leaf)), None)
-        if found is not None:
-            return found
-    blocked = _found(group, BlockedAddress)  # a later connection of a session whose host now resolves elsewhere
-    if blocked is not None:
-        return ToolLoopFailed("tool_server_not_allowed", f"a tool server {blocked}; it is never contacted")
-    return ToolLoopFailed("tool_server_unavailable", f"a tool server connection failed: {_describe(leaves[0])}")
-
-
-def _failure(exc: Exception, model_errors: list[BaseException]) -> Exception:
-    """What the record ends with for ``exc``: the loop's own ``ToolLoopFailed`` and the worker's exceptions from
-    its model calls as they are; anything else went wrong talking to a tool server (an exception the MCP SDK or
-    the HTTP client let through), and ends only this record."""
-    if isinstance(exc, ToolLoopFailed) or exc in model_errors:
-        return exc
-    log.warning("tool loop: unexpected %s", exc.__class__.__name__, exc_info=exc)
-    return ToolLoopFailed("tool_server_unavailable", f"talking to a tool server failed: {_describe(exc)}")
-
-
-def _found(exc: BaseException, kind: type[T]) -> T | None:
-    """An exception of ``kind`` in ``exc``, in the groups it is part of or in the chain of causes."""
-    seen: list[BaseException] = [exc]
-    while seen:
-        current = seen.pop()
-        if isinstance(current, kind):
-            return current
-        if isinstance(current, BaseExceptionGroup):
-            seen += current.exceptions
-        seen += [e for e in (current.__cause__, current.__context__) if e is not None]
-    return None
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        exc = _leaves(exc)[0]
-    return str(exc) or exc.__class__.__name__
