@@ -353,10 +353,10 @@ def main() -> None:
     # leaves the other core to orl serve and the client (llama.cpp's threads wait on each other when one is preempted).
     llama.add_argument("--llama-parallel", type=int, default=2, help="slots; also the concurrency of its runs")
     llama.add_argument("--llama-threads", type=int, default=1)
-    llama.add_argument("--llama-documents", type=int, default=4)
+    llama.add_argument("--llama-documents", type=int, default=8)
     llama.add_argument("--llama-questions", type=int, default=6, help="per document")
-    llama.add_argument("--llama-system-words", type=int, default=100)
-    llama.add_argument("--llama-document-words", type=int, default=150)
+    llama.add_argument("--llama-system-words", type=int, default=60)
+    llama.add_argument("--llama-document-words", type=int, default=300)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orl-bench-scheduling-"))
     try:

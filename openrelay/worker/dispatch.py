@@ -8,15 +8,16 @@ record), drops the records already settled, and fetches the bodies a window at a
 
 A group whose prefix the engine has not seen yet starts with one record, its leader; the rest of the group waits
 until the leader's answer is back (its prefix is then in the engine's cache), while the lanes go on with other
-groups' leaders and the records of groups already warm. Sent together onto a cold prefix, a group's records would
-all miss the cache. When a group is done the run takes next a group that another batch of the model is sending
-now (``ModelGroups``). A batch with no stored order (created before it existed, an embeddings batch, or
-``prefix_grouping = false``) runs in input order.
+groups' leaders and the records of groups already warm (an answer within the last two seconds, ``ModelGroups``).
+Sent together onto a cold prefix, a group's records would all miss the cache. When a group is done the run takes
+next a group that another batch of the model is sending now. A batch with no stored order (created before it
+existed, an embeddings batch, or ``prefix_grouping = false``) runs in input order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
@@ -42,16 +43,23 @@ _MAX_WARMING = 4
 
 def warming_allowed(in_flight: int) -> int:
     return max(1, min(_MAX_WARMING, in_flight // 4))
-_WARM_KEPT = 4096  # groups a process remembers as warm, per model (the oldest forgotten first)
+
+
+# A group counts as warm for this long after an answer of it: long enough for another
+# batch of the model to follow it, too short to trust a cache that other work has gone through since. Taking a
+# warm group for cold costs one answer's wait for it (the lanes go on with other groups); taking a cold group for
+# warm sends all its records onto a prefix the engine has to compute for each.
+_WARM_SECONDS = 2.0
 
 
 class ModelGroups:
     """One model's prefix groups in a worker process, over all its batches: how many records of each are in flight
-    now, and which groups have had an answer (their prefix is warm in the engine's cache)."""
+    now, and which groups had an answer lately (their prefix is likely still in the engine's cache)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._counts: dict[int, int] = {}
-        self._warm: OrderedDict[int, None] = OrderedDict()
+        self._answered: OrderedDict[int, float] = OrderedDict()  # group: when its last answer came, oldest first
 
     def started(self, group: int) -> None:
         if group:
@@ -64,16 +72,18 @@ class ModelGroups:
                 self._counts[group] = left
             else:
                 del self._counts[group]
-            self._warm[group] = None
-            self._warm.move_to_end(group)
-            if len(self._warm) > _WARM_KEPT:
-                self._warm.popitem(last=False)
+            now = self._clock()
+            self._answered[group] = now
+            self._answered.move_to_end(group)
+            while self._answered and next(iter(self._answered.values())) < now - _WARM_SECONDS:
+                self._answered.popitem(last=False)
 
     def hot(self) -> list[int]:
         return list(self._counts)
 
     def is_warm(self, group: int) -> bool:
-        return group in self._warm
+        answered = self._answered.get(group)
+        return answered is not None and answered >= self._clock() - _WARM_SECONDS
 
 
 class DispatchQueue:
