@@ -14,7 +14,7 @@ from tests.support.batches import batch_usage, error_of, wait_letting_held_throu
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
-# CONTRACT section 6, every field of the batch object.
+# docs/api-contract.md §6, every field of the batch object.
 BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",
     "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at",

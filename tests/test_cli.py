@@ -1,4 +1,4 @@
-"""`orl` end to end: the real binary as a subprocess against a real `orl serve` (CONTRACT section 9)."""
+"""`orl` end to end: the real binary as a subprocess against a real `orl serve` (docs/api-contract.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CLI exit codes (CONTRACT section 9) as a pure function of the HTTP status and error code."""
+"""CLI exit codes (docs/api-contract.md §9) as a pure function of the HTTP status and error code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Whole-create refusals (CONTRACT section 3, in its order; the Batches seed): each creates nothing.
+"""Whole-create refusals (docs/api-contract.md §3, in its order): each creates nothing.
 
 Per-record rejections are in test_create_rules.py.
 """

@@ -1,4 +1,4 @@
-"""Per-record rules of a create (CONTRACT sections 3, 4 and 6; the Batches and Results seeds), over HTTP.
+"""Per-record rules of a create (docs/api-contract.md §3, §4, §6 and §12; the worked examples of §13), over HTTP.
 
 Whole-create refusals (auth, scopes, budget, feature switch, fields, workflow, size) are in test_create_refusals.py.
 """
@@ -33,7 +33,7 @@ from tests.support.server import catalog_text
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
-# CONTRACT section 6, every field of the batch object, and OpenRelay's `openrelay` object of live progress numbers
+# docs/api-contract.md §6, every field of the batch object, and OpenRelay's `openrelay` object of live progress numbers
 # (docs/progress-and-dry-run.md); the create answer adds the rejection fields.
 BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",
@@ -42,7 +42,7 @@ BATCH_FIELDS = {
 }
 CREATE_ONLY = {"rejected_count", "rejected_records", "rejected_records_file_id"}
 
-# The wording the seeds give exactly.
+# The wording docs/api-contract.md §13 gives exactly.
 SEED_JSON_ERROR = "invalid character 'o' in literal null (expecting 'u')"
 STREAMING = '"stream": true is not supported in batch'
 DUPLICATE = "custom_id appears more than once"
@@ -378,7 +378,7 @@ def test_long_custom_ids_are_cut_to_512_escaped_bytes(server, engine):
 
 
 def test_create_answer_follows_the_seed(server, engine):
-    """The seed's create answer: 4 records, req-1 twice and req-2 streaming, field by field."""
+    """The create answer of docs/api-contract.md §13: 4 records, req-1 twice and req-2 streaming, field by field."""
     content = jsonl(chat("req-1"), chat("req-2", stream=True), chat("req-3"), chat("req-1"))
     file_id = upload(server, content)
     before = int(time.time())
@@ -424,7 +424,7 @@ def test_create_answer_follows_the_seed(server, engine):
     done = server.wait(batch["id"])
     assert done["status"] == "completed"
     assert done["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
-    # The seed's error lines: the rejection's code, "line N: " before its message, no status_code.
+    # §13's error lines: the rejection's code, "line N: " before its message, no status_code.
     errors = sorted(lines_of(server, done["error_file_id"]), key=lambda r: r["error"]["message"])
     assert errors == [
         {"id": "batch_req_req-1", "custom_id": "req-1", "response": None,
@@ -449,7 +449,7 @@ def test_a_create_without_rejections_has_only_the_count(server):
 
 
 def test_no_valid_records_creates_nothing(server):
-    """The seed's 400: every record rejected, the same fields under error, no batch."""
+    """§13's 400: every record rejected, the same fields under error, no batch."""
     content = jsonl(chat("req-1", model="openrelay/unknown"), b'{"custom_id": "req-2", "method": no}')
     input_id = upload(server, content)
     resp = post_batch(server, input_file_id=input_id)

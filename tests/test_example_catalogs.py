@@ -1,5 +1,5 @@
-"""Every catalog in examples/catalogs/ loads with our loader, offers the seeds' three models, builds its engines,
-and is what `orl serve --catalog` lists: the examples cannot rot unnoticed."""
+"""Every catalog in examples/catalogs/ loads with our loader, offers the three models of docs/api-contract.md §13,
+builds its engines, and is what `orl serve --catalog` lists: the examples cannot rot unnoticed."""
 
 from __future__ import annotations
 

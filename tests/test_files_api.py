@@ -1,4 +1,4 @@
-"""The Files API (CONTRACT section 1 and 2): upload, list, retrieve, download, delete, limits and isolation."""
+"""The Files API (docs/api-contract.md §1 and §2): upload, list, retrieve, download, delete, limits and isolation."""
 
 from __future__ import annotations
 

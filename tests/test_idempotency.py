@@ -1,4 +1,4 @@
-"""Idempotent creates (CONTRACT section 5; the Batches seed, "Retry a create safely"), over real HTTP.
+"""Idempotent creates (docs/api-contract.md §5), over real HTTP.
 
 A create is held mid-flight without any timing guess: its input file's blob is swapped for a FIFO, so the
 server's read of the input blocks until the test writes into it. The test knows the server got there when its

@@ -35,7 +35,7 @@ EP = "/v1/chat/completions"
 
 
 def reference(lines: list[bytes]) -> tuple[str | None, list[tuple[int, str, str, str]]]:
-    """The rules of CONTRACT section 4 applied the slow, obvious way."""
+    """The rules of docs/api-contract.md §4 applied the slow, obvious way."""
     judged: list[tuple[int, str, str | None, str | None, str | None]] = []
     rejections = []
     counts: dict[str, int] = {}

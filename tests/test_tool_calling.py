@@ -1,4 +1,4 @@
-"""Tool calling inside a batch record (CONTRACT section 8): a real MCP server process, the test engine told to
+"""Tool calling inside a batch record (docs/api-contract.md §8): a real MCP server process, the test engine told to
 call tools, real `orl serve` processes. Create rules already covered in test_create_rules.py are not repeated."""
 
 from __future__ import annotations

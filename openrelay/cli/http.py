@@ -2,7 +2,7 @@
 
 Every command body gets an ``ApiClient`` through ``run``, the one place where failures become output: the
 OpenAI error envelope as JSON on stdout (for scripts), one ``error: ...`` line on stderr (for people) and the
-exit code of CONTRACT section 9.
+exit code of docs/api-contract.md §9.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class BadResponse(Exception):
 
 
 def exit_code(status: int, code: str | None = None) -> int:
-    """The `orl` exit code for an HTTP answer (CONTRACT section 9); ``status`` 0 means no answer at all."""
+    """The `orl` exit code for an HTTP answer (docs/api-contract.md §9); ``status`` 0 means no answer at all."""
     if 200 <= status < 300:
         return 0
     if status in (401, 403):

@@ -20,7 +20,7 @@ from ..types import ApiKey
 __all__ = ["Keys", "MAX_KEY_CACHE_SECONDS", "bearer_token", "authenticate", "authenticate_secret",
            "require", "require_budget"]
 
-MAX_KEY_CACHE_SECONDS = 2.0  # CONTRACT: a revoked key stops working within two seconds
+MAX_KEY_CACHE_SECONDS = 2.0  # docs/api-contract.md §2: a revoked key stops working within two seconds
 _MAX_CACHED_KEYS = 10_000
 
 

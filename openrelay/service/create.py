@@ -1,4 +1,4 @@
-"""Creating a batch (CONTRACT section 3, in its order), and the answer a create or its dry run gives."""
+"""Creating a batch (docs/api-contract.md §3, in its order), and the answer a create or its dry run gives."""
 
 from __future__ import annotations
 
@@ -34,12 +34,13 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | No
     """The create's 200 body, as bytes: under an Idempotency-Key they are stored and replayed exactly.
 
     ``idempotency_key`` is the header as HTTP delivers it, decoded as latin-1 (one character per byte).
-    Steps 1 to 3 of CONTRACT section 3 are here, the rest in ``_create``.
+    Steps 1 to 3 of docs/api-contract.md §3 are here, the rest in ``_create``.
     """
     try:
         body, bad_body = decode_create_body(raw), None
     except InvalidRequest as exc:
-        # Section 3 puts 403, 402 and idempotency before anything of the request: a malformed body comes after.
+        # docs/api-contract.md §3 puts 403, 402 and idempotency before anything of the request: a malformed body
+        # comes after.
         body, bad_body = {}, exc
     require(key, Scope.BATCH_WRITE, *((Scope.FILES_READ,) if "input_file_id" in body else ()))
     require_budget(key)
@@ -70,7 +71,7 @@ def _check_idempotency_key(value: str) -> str:
 
 
 def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None) -> bytes:
-    """Steps 4 to 8 of CONTRACT section 3."""
+    """Steps 4 to 8 of docs/api-contract.md §3."""
     priority = body.get("priority", Priority.STANDARD.value)
     if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")

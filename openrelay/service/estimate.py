@@ -1,4 +1,4 @@
-"""A dry run's ``openrelay.estimate`` (``"dry_run": true`` on a create, CONTRACT section 3 step 8; the answer
+"""A dry run's ``openrelay.estimate`` (``"dry_run": true`` on a create, docs/api-contract.md §3 step 8; the answer
 around it is the create's, ``service/create.py``): nothing is created or stored.
 
 The estimate reads the records the create would accept once more (the rejected ones never run, never bill):

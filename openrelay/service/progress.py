@@ -1,4 +1,4 @@
-"""Live progress numbers on the batch object: its ``openrelay`` object (CONTRACT section 6).
+"""Live progress numbers on the batch object: its ``openrelay`` object (docs/api-contract.md §6).
 
 ``queue_position`` while the batch is queued (1: the next batch of its model a free slot takes, in the claims'
 own order, see ``store.queue``); ``records_per_second`` and ``tokens_per_second`` over the last minute while it

@@ -1,4 +1,4 @@
-"""Idempotency keys of creates (CONTRACT section 5): claimed before a create runs, completed with its 200.
+"""Idempotency keys of creates (docs/api-contract.md §5): claimed before a create runs, completed with its 200.
 
 One row per organization and key. A create first *claims* its key: an INSERT that only one of any number of
 concurrent creates (threads, processes, SQLite or PostgreSQL) can win, because the primary key is

@@ -64,7 +64,7 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, li
             first_long = next(i for i, p in enumerate(parts) if len(p) > max_line_bytes)
             if first_long:
                 # The lines before it were read: the scan must see them, since a workflow record among them
-                # refuses the create whatever follows (section 3).
+                # refuses the create whatever follows (docs/api-contract.md §3).
                 yield number, parts[:first_long]
             raise _too_long(number + first_long, max_line_bytes)
         yield number, parts

@@ -1,4 +1,4 @@
-"""The per-record rules of a create (CONTRACT section 4), in the order they are checked, and how a record is read.
+"""The per-record rules of a create (docs/api-contract.md §4), in the order they are checked, and how a record is read.
 
 ``check_record`` decides everything a record can be judged on alone. The two rules that need the whole input,
 ``duplicate_custom_id`` and ``model_mismatch``, are settled by ``scan`` once every record has been read.

@@ -1,4 +1,4 @@
-"""The shape of ``body.openrelay.tool_config`` (CONTRACT section 8), checked at create time."""
+"""The shape of ``body.openrelay.tool_config`` (docs/api-contract.md §8), checked at create time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dashboard's addresses (CONTRACT section 9): ``/login``, ``POST /logout``, ``/`` (the Batch page), ``/new``,
+"""The dashboard's addresses (docs/api-contract.md §9): ``/login``, ``POST /logout``, ``/`` (the Batch page), ``/new``,
 ``/files``, and the batch pages of ``batch_pages.py``. Every route parses the request, calls the same service
 function the API calls, and renders; none decides anything. None is in the OpenAPI document (they answer HTML)."""
 

@@ -1,4 +1,4 @@
-"""Result lines, exactly as the Results seed shows them. One object per line; join by custom_id."""
+"""Result lines, exactly as docs/api-contract.md §12 shows them. One object per line; join by custom_id."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tool loop of a record carrying ``body.openrelay.tool_config`` (CONTRACT section 8).
+"""The tool loop of a record carrying ``body.openrelay.tool_config`` (docs/api-contract.md §8).
 
 The worker connects to the record's MCP servers (streamable HTTP, the official ``mcp`` SDK), offers their tools
 to the model beside the record's own ``tools``, runs the calls the model makes, feeds the results back (``tool``

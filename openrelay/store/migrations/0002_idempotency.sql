@@ -1,4 +1,4 @@
--- Idempotency keys of creates (CONTRACT section 5): a claim while the first create runs, then its stored 200.
+-- Idempotency keys of creates (docs/api-contract.md §5): a claim while the first create runs, then its stored 200.
 CREATE TABLE idempotency_keys (
     org_id VARCHAR(40) NOT NULL REFERENCES organizations (id),
     idempotency_key VARCHAR(512) NOT NULL,
