@@ -1,27 +1,6 @@
-"""The HTTP/1.1 connection: uvicorn's httptools protocol, with limits on reading a request.
-
-Left as it is, uvicorn reads a request line and headers of any size (httptools holds a header whole until it
-ends: a 64 MB ``Authorization`` cost some 300 MiB and seconds of the loop) and waits for a promised body for as
-long as the client likes. This subclass, one instance per connection, refuses, each time in the OpenAI envelope
-and with the connection closed after:
-
-- a request line and headers over ``max_header_bytes`` in all: 431 ``headers_too_large``; the parser is fed no
-  more than the limit and two socket reads (256 KiB each) of them;
-- a request line and headers not all in within ``header_timeout`` seconds of the request's first byte (for a
-  connection's first request: of the connection's start; one that never sent a byte is closed without an answer):
-  408 ``request_timeout``;
-- a body with no byte for ``body_idle_timeout`` seconds while it is awaited: 408 ``request_timeout``, or only the
-  close where the answer has already begun;
-- malformed HTTP: 400 ``invalid_http_request`` (uvicorn answers it in plain text).
-
-A connection idle between requests is uvicorn's (``timeout_keep_alive``). Timing costs one timer per connection,
-armed when its reading starts and re-armed only when it fires early; a read only notes the loop's clock.
-
-uvicorn is pinned (pyproject.toml) because this leans on its internals: the parser callbacks
-``on_message_begin``, ``on_headers_complete`` and ``on_message_complete``, ``data_received`` (copied, with our
-answers), ``self.url``, ``self.headers``, ``self.cycle`` and ``self.flow``. tests/test_boundaries_limits.py holds
-the behaviour to them.
-"""
+"""The HTTP/1.1 connection: uvicorn's httptools protocol, with limits on reading a request (431 for a head over
+``max_header_bytes``, 408 for a head or body not read in time, 400 for malformed HTTP), each answered in the OpenAI
+envelope. It leans on uvicorn's internals, so uvicorn is pinned: docs/design.md, "The HTTP connection's limits"."""
 
 from __future__ import annotations
 

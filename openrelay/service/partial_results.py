@@ -1,24 +1,6 @@
 """A batch's result files before it ends: ``file-<batch id>-output`` and ``file-<batch id>-error`` read while it
-runs, from the chunks its workers made durable so far (the blobs the dashboard's record browser reads too).
-
-The promise is a prefix: every later read of a result file begins with the bytes of every earlier one, and the
-file the batch ends with begins with them too. It holds because
-
-- a file's content is the concatenation of its kind's chunks (``out`` or ``err``) in ``seq`` order, and the
-  composed file at the end is that same concatenation (the error file then adds its tail: the create's
-  rejections and the records that never ran, ``worker/finalize.py``);
-- chunks are committed one after another in ``seq`` order (one writer per run, fenced by the lease; a resumed run
-  continues after the last committed seq), and a chunk's blob never changes once its row is committed. So one
-  read of the chunk rows sees a prefix of the chunks the batch will ever have.
-
-A read is a snapshot: the chunk rows and their sizes taken once, so the file object's ``bytes`` and the
-content's length agree. When the batch ends in the middle of a read, its chunk blobs are deleted once the
-composed files exist; the rest of the snapshot is then read from the composed file at the same offset.
-
-The file object of a partial file is an OpenAI file object with ``"status": "partial"`` (OpenAI's final one is
-``"processed"``) and ``"openrelay": {"partial": true, "lines": N}``. It is in no list of files and cannot be
-deleted; once the batch ends, its row is the file's (or the id answers 404 when the batch had no such lines).
-"""
+runs, from the chunks its workers made durable so far, as a snapshot of the chunk rows. Every read is a prefix of
+every later one and of the final file; why, and the partial file object: docs/results-while-running.md."""
 
 from __future__ import annotations
 

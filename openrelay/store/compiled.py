@@ -1,24 +1,7 @@
-"""Reads on the polling path, compiled once and run straight on the driver.
-
-A poll (``GET /v1/batches/{id}``, a page of ``GET /v1/batches``) is one SELECT that SQLite answers in a few
-microseconds; SQLAlchemy's ``Connection.execute`` around it costs several times that (the statement's cache key,
-the compiled-cache lookup, result metadata, the pool's checkout and reset, and the ``BEGIN``/``COMMIT`` of
-``Database.read``). So these reads keep their SQL in SQLAlchemy Core, like every other query, but compile it
-once per dialect and execute it on the DBAPI connection. A single SELECT needs no transaction to see one
-consistent snapshot: SQLite runs it in autocommit mode, and on PostgreSQL the pooled connection is switched to
-autocommit for it (a client-side setting, restored before the connection goes back). (A page after ``after``
-reads the anchor first, in its own statement: the anchor's position never changes, so nothing is lost.)
-
-SQLite reads use one connection per thread, outside the pool (see ``_sqlite_reader``); PostgreSQL reads a pooled
-connection, pre-pinged as every other. Only plain values (str, int, float) may be bound: no type's bind processor
-runs. Rows come back as tuples in the order of the statement's columns. Driver errors become ``StoreError`` here,
-as in ``Database.read`` (``StoreUnavailable`` when the server cannot be reached); a connection the driver reports
-as lost is dropped.
-
-A read is written once, as a *plan*: a generator that yields the steps it needs (``First``, ``All``), is sent
-each step's rows, and returns its answer. ``run_plan`` runs a plan on a thread's driver connection; the API's
-event loop runs the same plan on PostgreSQL without leaving the loop (``store.async_reads``).
-"""
+"""Reads on the polling path, compiled once per dialect and run straight on the driver, written as plans: a
+generator that yields its steps (``First``, ``All``), is sent each step's rows and returns its answer.
+``run_plan`` runs one on a thread; ``store/async_reads.py`` on the event loop. Why, and what it costs: docs/design.md,
+"Reads on the polling path"."""
 
 from __future__ import annotations
 

@@ -1,34 +1,7 @@
-"""Poll answers kept in memory while PostgreSQL says nothing they read has changed.
-
-A client polling ``GET /v1/batches/{id}`` asks the same question many times between two changes of the answer,
-and on PostgreSQL each ask is a round trip whose client-side cost alone is several times the HTTP stack's
-(docs/benchmarks.md). So the rows of the reads marked ``cache_by`` (``store.compiled``: the batch by id, a page,
-a page's anchor: reads of one organization's ``batches`` and ``batch_tags``) are kept here and reused, for as
-long as nothing of that organization has changed.
-
-What changed is told by the database itself, so it holds for every process on every machine: a trigger on both
-tables (migration 0010) sends ``NOTIFY openrelay_batches, '<org_id>'`` in the transaction of every insert, update
-and delete, and PostgreSQL delivers it when that transaction commits. One connection of this process LISTENs and
-bumps the organization's generation for each notice; a kept answer is used only while the generations it was read
-under are still the current ones. A read captures its generations before it asks the server and keeps its rows
-only if they are unchanged when the rows come back, so an answer read across a commit is never kept past that
-commit's notice. A request of this process that writes an organization's batches (a create, a cancel, an edit)
-forgets that organization's kept reads as it returns (``api.app``): a client that cancels and then polls the same
-process sees its own cancel without waiting for the notice.
-
-Across processes an answer may lag a commit by the notice's delivery (a millisecond on a LAN). The listener proves
-it hears: right after its LISTEN, and every ``PROBE_SECONDS`` after that, it sends a notice of its own (a payload no
-organization id can be) and counts itself as listening only once that comes back. While it is not listening (not
-yet, a restart, a failover, a network gone silent, or a pooler in transaction mode that never carries a LISTEN:
-then set ``OPENRELAY_POLL_CACHE=0``), nothing is kept or reused and every poll reads the server; everything kept
-before is dropped when it listens again. An update that changes only a batch's lease (the heartbeats) sends no
-notice: no poll's answer shows the lease.
-
-Memory is bounded: kept rows weigh what their values hold (``KeptRows``, 16 MiB in all, the oldest dropped first),
-a read with a parameter longer than any stored value can be is never kept (a client's 60 KB ``model=`` would only
-fill memory), and a generation is held for at most 100,000 organizations (past that, everything is forgotten and
-counting starts afresh).
-"""
+"""Poll answers kept in memory while PostgreSQL says nothing they read has changed: a trigger NOTIFYs each
+organization's writes, one LISTEN per process bumps its generation, and a write of this process forgets its
+organization's reads at once (``http/writes.OrgWrites``, told by ``api/context.py``). Bounded to 16 MiB of rows.
+How it stays correct across processes and outages: docs/design.md, "The poll read cache"."""
 
 from __future__ import annotations
 

@@ -1,25 +1,7 @@
-"""The engine gate: the one home of the retry, outage and routing policy, one gate per model in each worker
-process, shared by every batch of that model it runs.
-
-``answer`` sends one request to one of the model's replicas and returns the engine's final reply.
-- **Routing**: a record of a prefix group goes to the group's home replica (rendezvous hashing over the open
-  replicas, ``Replica.score``), so each replica's prefix cache serves its own groups; when that replica is
-  saturated (its limit reached) the record spills to the open replica with the most room. A record of no group
-  goes to the one with the most room.
-- **Retries**: 408, 429, 5xx and no answer at all are retried with backoff; with more than one replica open, a
-  failed call is sent again at once to another replica (and the one that failed is probed). With adaptive
-  concurrency a 429 or 503 is the engine asking for less, never a record's failure: it is retried without using
-  up an attempt (for at most ``sick_engine_seconds``).
-- **Outages**: when a record's attempts run out the gate asks whether its replica itself is down (its probe gets
-  no answer or a 5xx) or sick (the probe passes, but no call sent after this record's first failure has
-  succeeded while other records fail too). Then that replica leaves rotation: nothing is sent to it and no record
-  uses up attempts on it; it probes again after a backoff that doubles up to a cap and comes back when the probe
-  passes. With every replica out, every lane of the model waits. A record fails with its engine's error only
-  when the engine answers others meanwhile (or it is the only record failing), so one broken record cannot
-  pause a model, and an outage cannot burn a batch: what it costs is time in the window. One limit: a sick engine
-  is waited for at most ``sick_engine_seconds`` per record, since that is also what records it can never serve
-  look like (a model that fails to load, say).
-"""
+"""The engine gate: one per model in each worker process, shared by every batch of that model it runs. It routes
+each request to a replica (a prefix group's home first), sends failed calls again (waits from ``backoff.Backoff``)
+and takes a replica that is down or sick out of rotation. Why each rule is as it is: docs/design.md, "The engine
+gate"."""
 
 from __future__ import annotations
 
