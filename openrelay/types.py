@@ -53,15 +53,15 @@ class BatchStatus(enum.StrEnum):
     CANCELLED = "cancelled"  # cancel settled; unstarted records are batch_cancelled lines
 
 
-# The status groups, in one place. Terminal: the batch has ended. Live: a worker has work on it (records to run or
-# settle, or files to compose); every live batch is one the claims may hand out. Running: records may still land.
+# The status groups, in one place. Terminal: the batch has ended. Claimable: a worker has work on it (records to run
+# or settle, or files to compose), so the claims may hand it out. Records may land: records may still finish.
 TERMINAL = frozenset({BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.EXPIRED, BatchStatus.CANCELLED})
-LIVE = frozenset({BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING, BatchStatus.FINALIZING})
-RUNNING = frozenset({BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING})
+CLAIMABLE = frozenset({BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING, BatchStatus.FINALIZING})
+RECORDS_MAY_LAND = frozenset({BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING})
 # The same as the strings the store and the API hold, in a fixed order (for SQL).
 TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
-LIVE_VALUES = tuple(sorted(s.value for s in LIVE))
-RUNNING_VALUES = tuple(sorted(s.value for s in RUNNING))
+CLAIMABLE_VALUES = tuple(sorted(s.value for s in CLAIMABLE))
+RECORDS_MAY_LAND_VALUES = tuple(sorted(s.value for s in RECORDS_MAY_LAND))
 # What a cancel moves to cancelling; a cancelling batch is on its way there already, an ended one answers 409.
 CANCELLABLE = frozenset({BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING})
 CANCELLABLE_VALUES = tuple(sorted(s.value for s in CANCELLABLE))

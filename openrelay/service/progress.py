@@ -23,14 +23,14 @@ from ..runtime import Runtime
 from ..store.compiled import Plan, run_plan
 from ..store.queue import LiveState, queue_plan
 from ..store.throughput import WINDOW_SECONDS, window_totals
-from ..types import LIVE_VALUES, RUNNING_VALUES, ApiKey, Batch, BatchStatus, unknown_progress
+from ..types import CLAIMABLE_VALUES, RECORDS_MAY_LAND_VALUES, ApiKey, Batch, BatchStatus, unknown_progress
 from .batches import get_batch_plan, list_batches_plan
 
 __all__ = ["progress_numbers", "batch_answer_plan", "page_answer_plan", "answer_plan", "answer_of",
            "numbers_plan", "numbers_of"]
 
-_RUNNING = RUNNING_VALUES  # records may still be settling
-_LIVE = LIVE_VALUES
+_RECORDS_MAY_LAND = RECORDS_MAY_LAND_VALUES  # records may still be settling
+_CLAIMABLE = CLAIMABLE_VALUES
 
 
 def progress_numbers(*, status: str, in_progress_at: int | None, total: int, settled: int,
@@ -38,7 +38,7 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
     """The ``openrelay`` object of a batch in ``status``, with ``settled`` of its ``total`` records done or
     failed; ``state`` is its live state (None for a batch that is not live)."""
     numbers = unknown_progress()
-    if state is None or status not in _RUNNING:
+    if state is None or status not in _RECORDS_MAY_LAND:
         return numbers
     if not state.started:
         numbers["queue_position"] = state.position
@@ -84,7 +84,7 @@ def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
     numbers = {}
     for batch in found:
         state = None
-        if batch.status.value in _LIVE:
+        if batch.status.value in _CLAIMABLE:
             state = LiveState(position=None, started=batch.started, window=batch.throughput_window,
                               concurrency_limit=batch.concurrency_limit)
             if not batch.started:
@@ -123,7 +123,7 @@ def page_answer_plan(rt: Runtime, key: ApiKey, **query: Any) -> Plan[dict[str, A
     page = yield from list_batches_plan(rt, key, **query)
     rows: list[dict[str, Any]] = page["data"]
     live: dict[str, LiveState] = {}
-    for model in sorted({row["model"] for row in rows if row["status"] in _LIVE}):
+    for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):
         live.update((yield from _queue_plan(model)))
     now = time.time()
     for row in rows:

@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ..errors import NotFound
 from ..ids import now
-from ..types import LIVE_VALUES, Batch, BatchStatus
+from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
 from .schema import batches
@@ -57,7 +57,7 @@ class BatchLeases:
             to_settle = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
                          batches.c.model.not_in(models)]
             row = conn.execute(sa.select(batches.c.id).where(
-                batches.c.status.in_(LIVE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
+                batches.c.status.in_(CLAIMABLE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
                 sa.or_(*to_settle, *([batches.c.started.is_(True)] if runs else [])),
             ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
             if row is None and runs:
@@ -80,13 +80,13 @@ class BatchLeases:
             self.db.lock_model(conn, model)
             running = conn.execute(sa.select(sa.func.count()).where(
                 batches.c.model == model, batches.c.started.is_(True),
-                batches.c.status.in_(LIVE_VALUES))).scalar_one()
+                batches.c.status.in_(CLAIMABLE_VALUES))).scalar_one()
             if running >= model_slots:
                 continue
             mine = batches.alias("running_of_org")
             org_running = (sa.select(sa.func.count()).where(
                 mine.c.model == model, mine.c.org_id == batches.c.org_id, mine.c.started.is_(True),
-                mine.c.status.in_(LIVE_VALUES)).scalar_subquery())
+                mine.c.status.in_(CLAIMABLE_VALUES)).scalar_subquery())
             row = conn.execute(sa.select(batches.c.id).where(
                 batches.c.model == model, batches.c.started.is_(False),
                 batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),

@@ -18,13 +18,13 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from ..types import LIVE_VALUES, BatchStatus, Priority
+from ..types import CLAIMABLE_VALUES, BatchStatus, Priority
 from .compiled import All, CompiledRead, Plan
 from .schema import batches
 
 __all__ = ["LiveBatch", "LiveState", "queue_order", "queue_plan"]
 
-_LIVE = LIVE_VALUES
+_CLAIMABLE = CLAIMABLE_VALUES
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class LiveState(NamedTuple):
 
 def _live_of_model() -> CompiledRead:
     c = batches.c
-    live = sa.or_(*(c.status == sa.literal_column(f"'{status}'") for status in _LIVE))
+    live = sa.or_(*(c.status == sa.literal_column(f"'{status}'") for status in _CLAIMABLE))
     return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, c.throughput_window,
                                   c.concurrency_limit).where(live, c.model == sa.bindparam("model")))
 

@@ -135,7 +135,7 @@ def _list_routes(router: APIRouter, rt: Runtime) -> None:
         context: dict[str, Any] = dict(
             signed=signed, page=page, rows=views, query=query, params=params, url_with=url_with,
             statuses=dashboard.SHOWN_STATUSES, models=rt.catalog.names(), poll=LIVE_POLL_SECONDS,
-            live=any(v.live for v in views), fragment_url=url_with("/", params, fragment="rows"),
+            live=any(v.ongoing for v in views), fragment_url=url_with("/", params, fragment="rows"),
             filtered=any([query.status, query.model, query.priority, query.tags, query.text, query.created_from,
                           query.created_to]))
         if request.query_params.get("fragment") == "rows":

@@ -91,7 +91,7 @@ class BatchView:
         return shown_status(self.batch)
 
     @property
-    def live(self) -> bool:
+    def ongoing(self) -> bool:
         return self.batch.status not in TERMINAL
 
     @property
@@ -116,7 +116,7 @@ class BatchView:
         b = self.batch
         if b.in_progress_at is not None:
             return b.in_progress_at - b.created_at
-        if self.live:
+        if self.ongoing:
             return self.now - b.created_at
         return None
 
