@@ -1,15 +1,29 @@
-"""Run-time settings of one OpenRelay process, from CLI flags (and a few environment overrides for tests)."""
+"""Run-time settings of one OpenRelay process: each default and its environment variable written once, here.
+
+``Settings`` holds the process's places (data, store, catalog, blobs) and one group per concern; ``Settings.build``
+reads every group's variables from the environment (unset or empty: the default). `orl serve` and `orl worker`
+show these defaults in their help and let their flags override them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Settings", "default_database_url", "LIVE_POLL_SECONDS"]
+from .errors import ConfigError
+
+__all__ = ["Settings", "HttpLimits", "BatchLimits", "IdempotencySettings", "ReadCaches", "WorkerSettings",
+           "EngineRetries", "WebhookSettings", "GROUPS", "env_var", "default_database_url", "DEFAULT_DATA_DIR",
+           "LIVE_POLL_SECONDS"]
 
 # How often a live view asks again: the dashboard's live regions, `orl batches wait`, `orl batches results -f`.
 LIVE_POLL_SECONDS = 1.0
+
+DEFAULT_DATA_DIR = Path(".openrelay")  # `orl serve`, `orl worker` and `orl admin` without --data-dir
 
 
 def default_database_url(data_dir: Path) -> str:
@@ -17,14 +31,119 @@ def default_database_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir.expanduser().resolve() / 'openrelay.db'}"
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+def _switch(raw: str) -> bool:
+    return int(raw) != 0
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw else default
+def _count_or_none(raw: str) -> int | None:
+    return int(raw) or None  # 0 is "no limit", like unset
+
+
+_PARSERS: dict[type, Callable[[str], Any]] = {bool: _switch, int: int, float: float}
+_WANTED = {_switch: "a whole number (0: off)", int: "a whole number", float: "a number",
+           _count_or_none: "a whole number (0: no limit)"}
+
+
+def setting(default: Any, env: str | None = None, *, parse: Callable[[str], Any] | None = None,
+            repr: bool = True) -> Any:
+    """A field with its default and the environment variable that overrides it (read by ``Settings.build``)."""
+    metadata = {"env": env, "parse": parse or _PARSERS.get(type(default))} if env else {}
+    return field(default=default, repr=repr, metadata=metadata)
+
+
+def env_var(group: type, name: str) -> str:
+    """The environment variable of one setting: ``env_var(HttpLimits, "max_header_bytes")``."""
+    return {f.name: f for f in dataclasses.fields(group)}[name].metadata["env"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpLimits:
+    """What one request may send, and how slowly (the API process; `orl serve`'s flags override them)."""
+    max_header_bytes: int = setting(65_536, "OPENRELAY_MAX_HEADER_BYTES")  # request line and headers; 431 over it
+    max_create_body_bytes: int = setting(100_000_000, "OPENRELAY_MAX_CREATE_BYTES")  # POST /v1/batches; 413 over it
+    max_json_body_bytes: int = setting(1_000_000, "OPENRELAY_MAX_JSON_BYTES")  # every other JSON route; 413 over it
+    max_upload_bytes: int = setting(200_000_000, "OPENRELAY_MAX_UPLOAD_BYTES")  # a file of POST /v1/files (200 MB)
+    header_timeout_seconds: float = setting(10.0, "OPENRELAY_HEADER_TIMEOUT_SECONDS")  # first byte to end of headers
+    body_idle_timeout_seconds: float = setting(30.0, "OPENRELAY_BODY_TIMEOUT_SECONDS")  # a body silent this long: 408
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchLimits:
+    """What one batch may hold, and how long it has."""
+    window_seconds: int = setting(86_400)  # the "24h" completion window (`--window-seconds`; tests shorten it)
+    max_records: int = setting(50_000, "OPENRELAY_MAX_RECORDS")
+    max_line_bytes: int = setting(64 * 1024 * 1024, "OPENRELAY_MAX_LINE_BYTES")  # a longer line: input unreadable
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdempotencySettings:
+    """A create's ``Idempotency-Key``."""
+    keep_seconds: float = setting(86_400.0, "OPENRELAY_IDEMPOTENCY_SECONDS")  # the key and its stored 200 are kept
+    claim_seconds: float = setting(300.0, "OPENRELAY_IDEMPOTENCY_CLAIM_SECONDS")  # unanswered this long: taken over
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadCaches:
+    """What the API may reuse instead of asking the store again."""
+    key_cache_seconds: float = setting(1.0, "OPENRELAY_KEY_CACHE_SECONDS")  # a key checked this long ago (max 2)
+    poll_cache: bool = setting(True, "OPENRELAY_POLL_CACHE")  # polls reuse rows the store says are unchanged
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """A worker's claims, flushes and runs."""
+    tick_seconds: float = setting(0.2, "OPENRELAY_TICK_SECONDS")  # scheduler and heartbeat period
+    lease_seconds: float = setting(15.0, "OPENRELAY_LEASE_SECONDS")  # a running batch's claim; heartbeats renew it
+    flush_seconds: float = setting(0.1, "OPENRELAY_FLUSH_SECONDS")  # results are made durable at least this often
+    flush_records: int = setting(2000, "OPENRELAY_FLUSH_RECORDS")  # ... or when this many wait (bounds their memory)
+    store_retry_max_seconds: float = setting(5.0, "OPENRELAY_STORE_RETRY_MAX_SECONDS")  # result writes, store away
+    run_attempts: int = setting(8, "OPENRELAY_RUN_ATTEMPTS")  # runs failing for a reason of their own; then it fails
+    run_retry_base_seconds: float = setting(2.0, "OPENRELAY_RUN_RETRY_BASE_SECONDS")  # doubles each time, capped
+    run_retry_max_seconds: float = setting(300.0, "OPENRELAY_RUN_RETRY_MAX_SECONDS")
+    drain_seconds: float = setting(30.0, "OPENRELAY_DRAIN_SECONDS")  # a stopping worker waits for calls in flight
+    # Batches one worker process runs at once (None: as many as the slots allow); `--max-batches` overrides it.
+    max_batches: int | None = setting(None, "OPENRELAY_WORKER_MAX_BATCHES", parse=_count_or_none)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineRetries:
+    """Calls to engines: a record's retries, probing an engine judged down, giving up on a sick one."""
+    retry_attempts: int = setting(5, "OPENRELAY_RETRY_ATTEMPTS")  # attempts per record for retryable failures
+    retry_base_seconds: float = setting(0.5, "OPENRELAY_RETRY_BASE_SECONDS")  # first backoff; doubles, capped
+    retry_max_seconds: float = setting(8.0, "OPENRELAY_RETRY_MAX_SECONDS")
+    outage_base_seconds: float = setting(1.0, "OPENRELAY_OUTAGE_BASE_SECONDS")  # first wait before a probe; doubles
+    outage_max_seconds: float = setting(30.0, "OPENRELAY_OUTAGE_MAX_SECONDS")
+    sick_engine_seconds: float = setting(900.0, "OPENRELAY_SICK_ENGINE_SECONDS")  # probes answered, calls failing
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookSettings:
+    """Webhook deliveries (openrelay/webhooks): the wait after a failed attempt starts at the base and doubles,
+    capped; an event is given up this long after it was written; one attempt may take this long."""
+    retry_base_seconds: float = setting(5.0, "OPENRELAY_WEBHOOK_RETRY_BASE_SECONDS")
+    retry_max_seconds: float = setting(3600.0, "OPENRELAY_WEBHOOK_RETRY_MAX_SECONDS")
+    give_up_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_GIVE_UP_SECONDS")
+    timeout_seconds: float = setting(10.0, "OPENRELAY_WEBHOOK_TIMEOUT_SECONDS")
+    poll_seconds: float = setting(1.0, "OPENRELAY_WEBHOOK_POLL_SECONDS")  # a worker's loop looks for due deliveries
+
+
+# Each group by its attribute on Settings.
+GROUPS: dict[str, type] = {"http": HttpLimits, "batches": BatchLimits, "idempotency": IdempotencySettings,
+                           "reads": ReadCaches, "worker": WorkerSettings, "engines": EngineRetries,
+                           "webhooks": WebhookSettings}
+
+
+def _from_env(group: type, environ: Mapping[str, str], **given: Any) -> Any:
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(group):
+        raw = environ.get(f.metadata["env"]) if f.metadata else None
+        if raw:  # unset or empty: the default
+            parse = f.metadata["parse"]
+            try:
+                values[f.name] = parse(raw)
+            except ValueError:
+                raise ConfigError(f"{f.metadata['env']}={raw!r} is not {_WANTED.get(parse, 'valid')}") from None
+    return group(**values, **given)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,92 +151,35 @@ class Settings:
     data_dir: Path
     database_url: str
     catalog_path: Path | None = None
-    blob_url: str | None = None  # s3://BUCKET/PREFIX, or a directory; None: data_dir/blobs (runtime.open_blob_store)
-    window_seconds: int = 86_400  # length of the "24h" completion window
-    max_upload_bytes: int = 200_000_000  # 200 MB
-    max_header_bytes: int = 65_536  # a request line and headers, together (431 over it)
-    max_create_body_bytes: int = 100_000_000  # the JSON body of POST /v1/batches (inline records); 413 over it
-    max_json_body_bytes: int = 1_000_000  # the JSON body of every other route but uploads; 413 over it
-    header_timeout_seconds: float = 10.0  # a request line and headers must be in this long after the first byte
-    body_idle_timeout_seconds: float = 30.0  # a body awaited with no byte for this long is refused (408)
-    max_records: int = 50_000
-    max_line_bytes: int = 64 * 1024 * 1024  # a longer line makes the input unreadable
-    lease_seconds: float = 15.0  # a running batch's claim; renewed by its worker's heartbeat
-    tick_seconds: float = 0.2  # scheduler and heartbeat period
-    flush_seconds: float = 0.1  # results are made durable at least this often while a batch runs
-    flush_records: int = 2000  # ... or when this many are waiting (bounds the memory they hold)
-    retry_attempts: int = 5  # engine attempts per record for retryable failures
-    retry_base_seconds: float = 0.5  # first backoff; doubles each retry, capped below
-    retry_max_seconds: float = 8.0
-    idempotency_seconds: float = 86_400.0  # how long a create's Idempotency-Key and its stored 200 are kept
-    idempotency_claim_seconds: float = 300.0  # a claim this old with no answer is a dead create's: take it over
-    outage_base_seconds: float = 1.0  # first wait before probing an engine judged down; doubles, capped below
-    outage_max_seconds: float = 30.0
-    sick_engine_seconds: float = 900.0  # how long a record waits for an engine that answers probes but fails calls
-    key_cache_seconds: float = 1.0  # reads may use a key checked this long ago (at most 2: revokes must bite)
-    poll_cache: bool = True  # polls may reuse rows the store says are unchanged (store/read_cache.py)
-    store_retry_max_seconds: float = 5.0  # longest wait between tries of a result write while the store is away
-    run_attempts: int = 8  # runs of a batch that fail for a reason of their own before the batch fails
-    run_retry_base_seconds: float = 2.0  # wait after the first failed run; doubles each time, capped below
-    run_retry_max_seconds: float = 300.0
-    drain_seconds: float = 30.0  # a stopping worker waits this long for its calls in flight before cancelling them
-    # Webhook deliveries (openrelay/webhooks): the wait after a failed attempt starts at the base and doubles,
-    # capped; an event is given up this long after it was written; one attempt may take this long.
-    webhook_retry_base_seconds: float = 5.0
-    webhook_retry_max_seconds: float = 3600.0
-    webhook_give_up_seconds: float = 86_400.0
-    webhook_timeout_seconds: float = 10.0
-    webhook_poll_seconds: float = 1.0  # how often a worker's delivery loop looks for due deliveries
-    max_batches: int | None = None  # batches one worker process runs at once (None: as many as the slots allow)
-    metrics_token: str | None = field(default=None, repr=False)  # GET /metrics needs it when set (not logged)
+    # s3://BUCKET/PREFIX, or a directory; None: data_dir/blobs (runtime.open_blob_store). The CLI reads its
+    # variable (typer's envvar, shown in --help), as it does the metrics token's.
+    blob_url: str | None = setting(None, "OPENRELAY_BLOB_URL")
+    metrics_token: str | None = setting(None, "OPENRELAY_METRICS_TOKEN", repr=False)  # GET /metrics needs it; unlogged
+    http: HttpLimits = field(default_factory=HttpLimits)
+    batches: BatchLimits = field(default_factory=BatchLimits)
+    idempotency: IdempotencySettings = field(default_factory=IdempotencySettings)
+    reads: ReadCaches = field(default_factory=ReadCaches)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    engines: EngineRetries = field(default_factory=EngineRetries)
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
-              window_seconds: int = 86_400, metrics_token: str | None = None,
-              blob_url: str | None = None) -> Settings:
+              window_seconds: int | None = None, metrics_token: str | None = None, blob_url: str | None = None,
+              environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from the CLI's values and every group's environment variables; a variable that does not
+        parse is a ``ConfigError`` naming it."""
+        environ = os.environ if environ is None else environ
         data_dir = data_dir.expanduser().resolve()
-        url = database_url or default_database_url(data_dir)
+        flags = {"batches": {} if window_seconds is None else {"window_seconds": window_seconds}}
+        groups = {name: _from_env(group, environ, **flags.get(name, {})) for name, group in GROUPS.items()}
         return cls(
             data_dir=data_dir,
-            database_url=url,
+            database_url=database_url or default_database_url(data_dir),
             catalog_path=catalog_path,
             blob_url=blob_url or None,  # an empty URL (an empty env variable) is the default directory
-            window_seconds=window_seconds,
             metrics_token=metrics_token or None,  # an empty token (an empty env variable) is none
-            # Limits and timings below are overridable from the environment so tests can shrink them.
-            max_upload_bytes=_env_int("OPENRELAY_MAX_UPLOAD_BYTES", 200_000_000),
-            max_header_bytes=_env_int("OPENRELAY_MAX_HEADER_BYTES", 65_536),
-            max_create_body_bytes=_env_int("OPENRELAY_MAX_CREATE_BYTES", 100_000_000),
-            max_json_body_bytes=_env_int("OPENRELAY_MAX_JSON_BYTES", 1_000_000),
-            header_timeout_seconds=_env_float("OPENRELAY_HEADER_TIMEOUT_SECONDS", 10.0),
-            body_idle_timeout_seconds=_env_float("OPENRELAY_BODY_TIMEOUT_SECONDS", 30.0),
-            max_records=_env_int("OPENRELAY_MAX_RECORDS", 50_000),
-            max_line_bytes=_env_int("OPENRELAY_MAX_LINE_BYTES", 64 * 1024 * 1024),
-            flush_seconds=_env_float("OPENRELAY_FLUSH_SECONDS", 0.1),
-            flush_records=_env_int("OPENRELAY_FLUSH_RECORDS", 2000),
-            lease_seconds=_env_float("OPENRELAY_LEASE_SECONDS", 15.0),
-            tick_seconds=_env_float("OPENRELAY_TICK_SECONDS", 0.2),
-            retry_attempts=_env_int("OPENRELAY_RETRY_ATTEMPTS", 5),
-            retry_base_seconds=_env_float("OPENRELAY_RETRY_BASE_SECONDS", 0.5),
-            retry_max_seconds=_env_float("OPENRELAY_RETRY_MAX_SECONDS", 8.0),
-            idempotency_seconds=_env_float("OPENRELAY_IDEMPOTENCY_SECONDS", 86_400.0),
-            idempotency_claim_seconds=_env_float("OPENRELAY_IDEMPOTENCY_CLAIM_SECONDS", 300.0),
-            outage_base_seconds=_env_float("OPENRELAY_OUTAGE_BASE_SECONDS", 1.0),
-            outage_max_seconds=_env_float("OPENRELAY_OUTAGE_MAX_SECONDS", 30.0),
-            sick_engine_seconds=_env_float("OPENRELAY_SICK_ENGINE_SECONDS", 900.0),
-            key_cache_seconds=_env_float("OPENRELAY_KEY_CACHE_SECONDS", 1.0),
-            poll_cache=_env_int("OPENRELAY_POLL_CACHE", 1) != 0,
-            store_retry_max_seconds=_env_float("OPENRELAY_STORE_RETRY_MAX_SECONDS", 5.0),
-            run_attempts=_env_int("OPENRELAY_RUN_ATTEMPTS", 8),
-            run_retry_base_seconds=_env_float("OPENRELAY_RUN_RETRY_BASE_SECONDS", 2.0),
-            run_retry_max_seconds=_env_float("OPENRELAY_RUN_RETRY_MAX_SECONDS", 300.0),
-            drain_seconds=_env_float("OPENRELAY_DRAIN_SECONDS", 30.0),
-            webhook_retry_base_seconds=_env_float("OPENRELAY_WEBHOOK_RETRY_BASE_SECONDS", 5.0),
-            webhook_retry_max_seconds=_env_float("OPENRELAY_WEBHOOK_RETRY_MAX_SECONDS", 3600.0),
-            webhook_give_up_seconds=_env_float("OPENRELAY_WEBHOOK_GIVE_UP_SECONDS", 86_400.0),
-            webhook_timeout_seconds=_env_float("OPENRELAY_WEBHOOK_TIMEOUT_SECONDS", 10.0),
-            webhook_poll_seconds=_env_float("OPENRELAY_WEBHOOK_POLL_SECONDS", 1.0),
-            max_batches=_env_int("OPENRELAY_WORKER_MAX_BATCHES", 0) or None,
+            **groups,
         )
 
     @property

@@ -75,9 +75,9 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
 
     app.router.lifespan_context = lifespan
     print(f"openrelay: serving http://{host}:{port}/v1 (data in {settings.data_dir})", file=sys.stderr)
-    http = limited_http_protocol(max_header_bytes=settings.max_header_bytes,
-                                 header_timeout=settings.header_timeout_seconds,
-                                 body_idle_timeout=settings.body_idle_timeout_seconds)
+    http = limited_http_protocol(max_header_bytes=settings.http.max_header_bytes,
+                                 header_timeout=settings.http.header_timeout_seconds,
+                                 body_idle_timeout=settings.http.body_idle_timeout_seconds)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, http=http)
 
 

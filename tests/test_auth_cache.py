@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from openrelay.config import Settings
+from openrelay.config import ReadCaches
 from openrelay.errors import Unauthorized
 from openrelay.service.auth import MAX_KEY_CACHE_SECONDS, Keys
 from openrelay.store.accounts import Accounts
@@ -89,7 +89,7 @@ def test_unknown_and_revoked_keys_are_not_remembered(accounts):
 
 
 def test_the_ttl_cannot_outlast_the_two_second_promise(accounts):
-    assert Settings.key_cache_seconds <= MAX_KEY_CACHE_SECONDS == 2.0
+    assert ReadCaches.key_cache_seconds <= MAX_KEY_CACHE_SECONDS == 2.0
     with pytest.raises(ValueError):
         Keys(accounts, MAX_KEY_CACHE_SECONDS + 0.5)
     Keys(accounts, 0)  # 0: no memory at all
@@ -116,7 +116,7 @@ def test_a_key_revoked_by_another_process_stops_working_once_the_ttl_passed(serv
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
     # Any remembered entry was read before the revoke committed, so it is gone by committed_by + TTL: a read sent
     # after that is refused, one sent before may still be answered from memory. Ask until one is refused.
-    forgotten_by = committed_by + Settings.key_cache_seconds
+    forgotten_by = committed_by + ReadCaches.key_cache_seconds
 
     def refused() -> bool:
         sent = time.monotonic()

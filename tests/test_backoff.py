@@ -7,7 +7,7 @@ import random
 import pytest
 
 from openrelay.backoff import Backoff
-from openrelay.config import Settings
+from openrelay.config import Settings, WebhookSettings
 from openrelay.webhooks.delivery import retry_backoff, retry_delay
 
 
@@ -43,8 +43,8 @@ def test_a_seeded_source_draws_the_same_waits() -> None:
 
 @pytest.mark.parametrize("attempt", range(1, 14))
 def test_webhook_retries_wait_at_least_their_schedule_and_at_most_a_quarter_more(attempt: int) -> None:
-    settings = Settings(data_dir=".", database_url="sqlite://", webhook_retry_base_seconds=5.0,  # type: ignore[arg-type]
-                        webhook_retry_max_seconds=3600.0)
+    settings = Settings(data_dir=".", database_url="sqlite://",  # type: ignore[arg-type]
+                        webhooks=WebhookSettings(retry_base_seconds=5.0, retry_max_seconds=3600.0))
     rng = random.Random(attempt)
     nominal = retry_delay(settings, attempt)
     draws = [retry_backoff(settings).delay(attempt, rng) for _ in range(100)]

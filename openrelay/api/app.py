@@ -27,8 +27,8 @@ def create_app(rt: Runtime, *, writes: OrgWrites | None = None, upload_paths: It
     dashboard); ``upload_paths``: those others' routes that stream an upload and count its bytes themselves."""
     app = FastAPI(title="OpenRelay Batches", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(RenderUnexpectedErrors)  # added first: the innermost, right around the routes (guard.py)
-    app.add_middleware(BodyLimits, create_bytes=rt.settings.max_create_body_bytes,  # outside it (limits.py)
-                       json_bytes=rt.settings.max_json_body_bytes, create_path=CREATE_PATH,
+    app.add_middleware(BodyLimits, create_bytes=rt.settings.http.max_create_body_bytes,  # outside it (limits.py)
+                       json_bytes=rt.settings.http.max_json_body_bytes, create_path=CREATE_PATH,
                        upload_paths=(UPLOAD_PATH, *upload_paths))
     add_error_handlers(app)
     ctx = ApiContext(rt, writes or OrgWrites())

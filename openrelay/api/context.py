@@ -54,10 +54,10 @@ class ApiContext:
     def __init__(self, rt: Runtime, writes: OrgWrites) -> None:
         self.rt = rt
         self.writes = writes
-        self.keys = Keys(rt.accounts, rt.settings.key_cache_seconds)
+        self.keys = Keys(rt.accounts, rt.settings.reads.key_cache_seconds)
         reads_on_loop = reads_are_local(rt.db)
-        self.loop_reads = None if reads_on_loop else AsyncReads(rt.db, keep_rows=rt.settings.poll_cache)
-        self._kept_here = KeptRows() if reads_on_loop and rt.settings.poll_cache else None  # compiled.run_plan's
+        self.loop_reads = None if reads_on_loop else AsyncReads(rt.db, keep_rows=rt.settings.reads.poll_cache)
+        self._kept_here = KeptRows() if reads_on_loop and rt.settings.reads.poll_cache else None  # compiled.run_plan's
         if self.loop_reads is not None:
             # A write of this process forgets the reads kept of its organization, so the caller's next poll here
             # sees its own write without waiting for PostgreSQL's notice (SQLite's data_version sees it anyway).

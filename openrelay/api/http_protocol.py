@@ -12,6 +12,7 @@ import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from ..config import HttpLimits
 from ..errors import HeadersTooLarge, InvalidRequest, OpenRelayError, RequestTimeout
 from .errors import error_answer
 
@@ -45,9 +46,9 @@ class _FlowNotingResumes(FlowControl):
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    max_header_bytes = 65_536
-    header_timeout = 10.0
-    body_idle_timeout = 30.0
+    max_header_bytes = HttpLimits.max_header_bytes  # limited_http_protocol sets this process's three
+    header_timeout = HttpLimits.header_timeout_seconds
+    body_idle_timeout = HttpLimits.body_idle_timeout_seconds
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from ..config import default_database_url
+from ..config import DEFAULT_DATA_DIR, Settings, default_database_url, env_var
 from ..errors import OpenRelayError
 from ..types import ALL_SCOPES, ApiKey
 from .http import exit_code
@@ -37,9 +37,9 @@ _state: dict[str, Any] = {}
 @app.callback()
 def _store(
     data_dir: Annotated[Path, typer.Option(help="Data directory of `orl serve` (its SQLite store).")] =
-        Path(".openrelay"),
+        DEFAULT_DATA_DIR,
     database_url: Annotated[str | None, typer.Option(help="Store URL instead of the data dir's SQLite.")] = None,
-    blob_url: Annotated[str | None, typer.Option(envvar="OPENRELAY_BLOB_URL", show_envvar=True,
+    blob_url: Annotated[str | None, typer.Option(envvar=env_var(Settings, "blob_url"), show_envvar=True,
                                                  help="The blob store of `orl serve` (checked; admin commands "
                                                       "write no blobs).")] = None,
 ) -> None:
@@ -260,7 +260,6 @@ def webhook_remove(endpoint_id: str) -> None:
 def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
     """Send a signed webhook.test event to an endpoint now and print the attempt; exit 1 unless it answered
     2xx. Logged like every delivery; not retried."""
-    from ..config import Settings
     from ..service.webhooks import send_test_event
 
     try:

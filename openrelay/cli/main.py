@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from ..config import DEFAULT_DATA_DIR, BatchLimits, HttpLimits, Settings, WorkerSettings, env_var
 from . import admin, batch_results, batches, files, models
 
 __all__ = ["app", "main"]
@@ -28,41 +29,56 @@ DatabaseUrl = Annotated[str | None, typer.Option(help="sqlite:///... or postgres
 CatalogFile = Annotated[Path | None, typer.Option("--catalog", help="Catalog TOML (default: built-in local "
                                                                     "models).")]
 Window = Annotated[int, typer.Option(help="Seconds in the 24h completion window (tests shorten it).")]
-BlobUrl = Annotated[str | None, typer.Option(envvar="OPENRELAY_BLOB_URL", show_envvar=True,
+BlobUrl = Annotated[str | None, typer.Option(envvar=env_var(Settings, "blob_url"), show_envvar=True,
                                              help="s3://BUCKET/PREFIX (endpoint, region and credentials from "
                                                   "AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, "
                                                   "AWS_SECRET_ACCESS_KEY) or a directory (default: the data "
                                                   "dir's blobs/).")]
-# Request limits: unset, each comes from its environment variable, else its default (config.Settings).
-MaxHeaderBytes = Annotated[int | None, typer.Option(min=1, help="Request line and headers together, in bytes; "
-                                                    "over it: 431 (default 65536).")]
-MaxCreateBytes = Annotated[int | None, typer.Option(min=1, help="Body of POST /v1/batches (inline records), in "
-                                                    "bytes; over it: 413 (default 100000000).")]
-MaxJsonBytes = Annotated[int | None, typer.Option(min=1, help="Body of every other JSON route, in bytes; over it: "
-                                                  "413 (default 1000000).")]
-MaxUploadBytes = Annotated[int | None, typer.Option(min=1, help="File of POST /v1/files, in bytes; over it: 413 "
-                                                    "file_too_large (default 200000000).")]
-HeaderTimeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds from a request's first byte to the "
-                                                     "end of its headers; over it: 408 (default 10).")]
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _limit(text: str, name: str) -> str:
+    """A request limit's help, with its default and variable as config.HttpLimits writes them (the one place)."""
+    return f"{text} (default {_shown(getattr(HttpLimits, name))}, env {env_var(HttpLimits, name)})."
+
+
+# Request limits: unset, each comes from its environment variable, else its default (config.HttpLimits).
+MaxHeaderBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Request line and headers together, in "
+                                                                       "bytes; over it: 431", "max_header_bytes"))]
+MaxCreateBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Body of POST /v1/batches (inline records), "
+                                                                       "in bytes; over it: 413",
+                                                                       "max_create_body_bytes"))]
+MaxJsonBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Body of every other JSON route, in bytes; "
+                                                                     "over it: 413", "max_json_body_bytes"))]
+MaxUploadBytes = Annotated[int | None, typer.Option(min=1, help=_limit("File of POST /v1/files, in bytes; over it: "
+                                                                       "413 file_too_large", "max_upload_bytes"))]
+HeaderTimeout = Annotated[float | None, typer.Option(min=0.001, help=_limit("Seconds from a request's first byte "
+                                                                            "to the end of its headers; over it: "
+                                                                            "408", "header_timeout_seconds"))]
 MaxBatches = Annotated[int | None, typer.Option(min=1, help="Batches this process's worker runs at once, so that "
                                                 "a fleet of workers shares the catalog's slots (default: "
-                                                "OPENRELAY_WORKER_MAX_BATCHES, else as many as the slots "
-                                                "allow).")]
-BodyTimeout = Annotated[float | None, typer.Option(min=0.001, help="Seconds a body being read may send nothing; "
-                                                   "over it: 408 (default 30).")]
+                                                f"{env_var(WorkerSettings, 'max_batches')}, else as many as the "
+                                                "slots allow).")]
+BodyTimeout = Annotated[float | None, typer.Option(min=0.001, help=_limit("Seconds a body being read may send "
+                                                                          "nothing; over it: 408",
+                                                                          "body_idle_timeout_seconds"))]
 
 
 @app.command()
 def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8080,
-    data_dir: DataDir = Path(".openrelay"),
+    data_dir: DataDir = DEFAULT_DATA_DIR,
     catalog: CatalogFile = None,
     database_url: DatabaseUrl = None,
-    window_seconds: Window = 86_400,
+    window_seconds: Window = BatchLimits.window_seconds,
     with_worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Also run a worker here (--no-worker: "
                                               "API only, with `orl worker` processes elsewhere).")] = True,
-    metrics_token: Annotated[str | None, typer.Option(envvar="OPENRELAY_METRICS_TOKEN", show_envvar=True,
+    metrics_token: Annotated[str | None, typer.Option(envvar=env_var(Settings, "metrics_token"),
+                                                      show_envvar=True,
                                                       help="GET /metrics then needs 'Authorization: Bearer "
                                                            "TOKEN' (default: open).")] = None,
     max_header_bytes: MaxHeaderBytes = None,
@@ -75,43 +91,46 @@ def serve(
     max_batches: MaxBatches = None,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
-    import dataclasses
-
-    from ..config import Settings
     from ..server import serve as run_server
 
-    settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
-                              window_seconds=window_seconds, metrics_token=metrics_token, blob_url=blob_url)
-    limits = {"max_header_bytes": max_header_bytes, "max_create_body_bytes": max_create_bytes,
-              "max_json_body_bytes": max_json_bytes, "max_upload_bytes": max_upload_bytes,
-              "header_timeout_seconds": header_timeout, "body_idle_timeout_seconds": body_timeout,
-              "max_batches": max_batches}
-    settings = dataclasses.replace(settings, **{k: v for k, v in limits.items() if v is not None})
     with _refusing_bad_catalogs():
+        settings = _with_flags(Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
+                                              window_seconds=window_seconds, metrics_token=metrics_token,
+                                              blob_url=blob_url),
+                               max_batches=max_batches, max_header_bytes=max_header_bytes,
+                               max_create_body_bytes=max_create_bytes, max_json_body_bytes=max_json_bytes,
+                               max_upload_bytes=max_upload_bytes, header_timeout_seconds=header_timeout,
+                               body_idle_timeout_seconds=body_timeout)
         run_server(settings, host=host, port=port, with_worker=with_worker)
 
 
 @app.command()
 def worker(
-    data_dir: DataDir = Path(".openrelay"),
+    data_dir: DataDir = DEFAULT_DATA_DIR,
     catalog: CatalogFile = None,
     database_url: DatabaseUrl = None,
-    window_seconds: Window = 86_400,
+    window_seconds: Window = BatchLimits.window_seconds,
     blob_url: BlobUrl = None,
     max_batches: MaxBatches = None,
 ) -> None:
     """Run a worker only: claims and runs batches from the shared store."""
-    import dataclasses
-
-    from ..config import Settings
     from ..server import run_worker
 
-    settings = Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
-                              window_seconds=window_seconds, blob_url=blob_url)
-    if max_batches is not None:
-        settings = dataclasses.replace(settings, max_batches=max_batches)
     with _refusing_bad_catalogs():
+        settings = _with_flags(Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
+                                              window_seconds=window_seconds, blob_url=blob_url),
+                               max_batches=max_batches)
         run_worker(settings)
+
+
+def _with_flags(settings: Settings, *, max_batches: int | None, **http: float | None) -> Settings:
+    """The flags given (those not None) over what the environment and the defaults said."""
+    import dataclasses
+
+    limits = {name: value for name, value in http.items() if value is not None}
+    worker = {} if max_batches is None else {"max_batches": max_batches}
+    return dataclasses.replace(settings, http=dataclasses.replace(settings.http, **limits),
+                               worker=dataclasses.replace(settings.worker, **worker))
 
 
 @contextlib.contextmanager

@@ -26,8 +26,8 @@ async def receive_upload(rt: Runtime, key: ApiKey, request: Request, *,
     may refuse the form by its text fields (raising), after the bytes arrived and before anything is kept;
     ``purpose`` overrides the form's own field."""
     declared = int(request.headers.get("content-length") or 0)
-    if declared > rt.settings.max_upload_bytes + UPLOAD_FORM_SLACK:
-        raise file_service.upload_too_large(rt.settings.max_upload_bytes)
+    if declared > rt.settings.http.max_upload_bytes + UPLOAD_FORM_SLACK:
+        raise file_service.upload_too_large(rt.settings.http.max_upload_bytes)
     upload = await run_in_threadpool(file_service.Upload, rt, key)  # every blob store call off the event loop
 
     async def sink(data: bytes) -> None:

@@ -87,7 +87,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
 
         def blocks() -> Iterator[Any]:
             with rt.blobs.open(blob_key) as handle:
-                yield from file_lines(handle, rt.settings.max_line_bytes)
+                yield from file_lines(handle, rt.settings.batches.max_line_bytes)
 
         source: Callable[[], Iterable[Any]] = blocks
     else:
@@ -95,7 +95,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
         source = functools.partial(inline_lines, requests)
         input_file_id, blob_key = new_file_id(), ""
     dry_run = body.get("dry_run") is True
-    result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.max_records,
+    result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.batches.max_records,
                           collect_prefixes=dry_run or _may_group(rt.catalog, endpoint))
     if result.accepted == 0:
         _refuse_no_valid_records(rt, key, result, store=not dry_run)
@@ -129,7 +129,7 @@ def _new_batch(rt: Runtime, key: ApiKey, result: ScanResult, *, batch_id: str, e
     return Batch(
         id=batch_id, org_id=key.org_id, key_id=key.id, endpoint=endpoint, input_file_id=input_file_id,
         input_blob_key=blob_key, completion_window="24h", priority=priority, status=BatchStatus.VALIDATING,
-        model=result.model or "", created_at=created, expires_at=created + rt.settings.window_seconds,
+        model=result.model or "", created_at=created, expires_at=created + rt.settings.batches.window_seconds,
         total=result.total, failed=len(result.rejections), rejected_count=len(result.rejections),
         rejections_file_id=rejections_file_id, metadata=metadata,
     )

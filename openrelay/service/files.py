@@ -39,9 +39,9 @@ class Upload:
 
     def write(self, data: bytes) -> None:
         self.size += len(data)
-        if self.size > self.rt.settings.max_upload_bytes:
+        if self.size > self.rt.settings.http.max_upload_bytes:
             self.abort()
-            raise upload_too_large(self.rt.settings.max_upload_bytes)
+            raise upload_too_large(self.rt.settings.http.max_upload_bytes)
         self._writer.write(data)
 
     def abort(self) -> None:

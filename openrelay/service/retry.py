@@ -75,9 +75,9 @@ def retry_batch(rt: Runtime, key: ApiKey, batch_id: str, raw: bytes, idempotency
         raise InvalidRequest(f"batch {batch_id} has no records that ended in error{which}; nothing to retry",
                              code="nothing_to_retry", param="codes" if codes else None)
     body = _create_body(source, lines)
-    if len(body) > rt.settings.max_create_body_bytes:
+    if len(body) > rt.settings.http.max_create_body_bytes:
         raise PayloadTooLarge(f"the retry's {len(lines)} records make a create of {len(body)} bytes, over the "
-                              f"{rt.settings.max_create_body_bytes}-byte limit of inline creates",
+                              f"{rt.settings.http.max_create_body_bytes}-byte limit of inline creates",
                               code="request_too_large")
     answer = orjson.loads(create_batch(rt, key, body, idempotency_key))
     answer["retried_count"] = len(lines)
@@ -107,7 +107,7 @@ def _failed_lines(rt: Runtime, source: Batch, codes: list[str] | None) -> list[b
     taken: list[bytes] = []
     try:
         with rt.blobs.open(source.input_blob_key) as handle:
-            for line, raw in numbered_lines(handle, rt.settings.max_line_bytes):
+            for line, raw in numbered_lines(handle, rt.settings.batches.max_line_bytes):
                 if line in rejected:
                     continue
                 if wanted(_record_custom_id(raw)):

@@ -49,7 +49,7 @@ class Attempt:
 def retry_backoff(settings: Settings) -> Backoff:
     """The waits after failed attempts: the base, doubling, capped, each stretched by up to a quarter (never past
     the cap), so that the events of a receiver that went down are not all retried in the same instant."""
-    return Backoff(base=settings.webhook_retry_base_seconds, cap=settings.webhook_retry_max_seconds,
+    return Backoff(base=settings.webhooks.retry_base_seconds, cap=settings.webhooks.retry_max_seconds,
                    jitter=(1.0, 1.25))
 
 
@@ -68,7 +68,7 @@ class WebhookDelivery:
     def hold_seconds(self) -> float:
         """How long a claim keeps other loops off a delivery: its attempt's timeout, and as long again (plus a
         second) to record the outcome. A loop that died holding it is followed by a resend after this."""
-        return 2 * self.settings.webhook_timeout_seconds + 1
+        return 2 * self.settings.webhooks.timeout_seconds + 1
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Round after round until ``stop`` is set; a round that found work is followed at once by the next."""
@@ -81,7 +81,7 @@ class WebhookDelivery:
             if done:
                 continue
             try:
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.webhook_poll_seconds)
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.webhooks.poll_seconds)
             except TimeoutError:
                 pass
 
@@ -100,7 +100,7 @@ class WebhookDelivery:
         state = await asyncio.to_thread(
             self.store.record_attempt, due, outcome=outcome, status_code=status_code, error=error,
             duration_ms=duration_ms, retry_in=retry_backoff(self.settings).delay(due.attempt) if retry else None,
-            give_up_after=self.settings.webhook_give_up_seconds)
+            give_up_after=self.settings.webhooks.give_up_seconds)
         WEBHOOK_ATTEMPTS.labels(outcome).inc()
         if outcome != DELIVERED:
             log.warning("webhook %s to %s (attempt %d): %s; delivery %s", due.event_id, due.url, due.attempt,
@@ -112,7 +112,7 @@ class WebhookDelivery:
         """(outcome, status code, error) of one POST. Only a 2xx delivers; the answer's body is never read."""
         headers = signed_headers(due.secret, due.event_id, due.payload, int(time.time()))
         try:
-            async with (webhook_client(due.url, self.catalog, self.settings.webhook_timeout_seconds) as client,
+            async with (webhook_client(due.url, self.catalog, self.settings.webhooks.timeout_seconds) as client,
                         client.stream("POST", due.url, content=due.payload, headers=headers) as response):
                 status_code = response.status_code
         except Exception as exc:

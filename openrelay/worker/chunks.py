@@ -59,7 +59,8 @@ class ChunkWriter:
         self._room.set()
         self._closing = False
         # The first retry of a failed write waits two flush intervals, the next four, up to the store's cap.
-        self._write_retries = Backoff(base=2 * self.settings.flush_seconds, cap=self.settings.store_retry_max_seconds)
+        self._write_retries = Backoff(base=2 * self.settings.worker.flush_seconds,
+                                      cap=self.settings.worker.store_retry_max_seconds)
 
     # -- the lanes' side ---------------------------------------------------------------------------------------
 
@@ -79,9 +80,9 @@ class ChunkWriter:
 
     def _added(self, line: int) -> None:
         self._pending.lines.append(line)
-        if len(self._pending.lines) >= self.settings.flush_records and self._unwritten is None:
+        if len(self._pending.lines) >= self.settings.worker.flush_records and self._unwritten is None:
             self._wake.set()  # not while a failed write backs off: the backlog waits for it
-        if self.backlog >= 2 * self.settings.flush_records:
+        if self.backlog >= 2 * self.settings.worker.flush_records:
             self._room.clear()
 
     @property
@@ -106,7 +107,7 @@ class ChunkWriter:
     async def run(self, lost: Callable[[], bool]) -> None:
         """Write chunks until closed and drained. Raises ``LeaseLost`` when the commit's fence says so, or when a
         write keeps failing and ``lost()`` says the lease may have lapsed meanwhile."""
-        delay = self.settings.flush_seconds
+        delay = self.settings.worker.flush_seconds
         failures = 0
         while True:
             if failures or not self._closing:
@@ -114,7 +115,7 @@ class ChunkWriter:
                     await asyncio.wait_for(self._wake.wait(), delay)
             self._wake.clear()
             if await self._write_next():
-                failures, delay = 0, self.settings.flush_seconds
+                failures, delay = 0, self.settings.worker.flush_seconds
                 if self._closing and not self.backlog:
                     return
                 continue
@@ -140,7 +141,7 @@ class ChunkWriter:
                         self.batch.id, len(pending.lines), exc.__class__.__name__, exc)
             return False
         self._unwritten = None
-        if self.backlog < 2 * self.settings.flush_records:
+        if self.backlog < 2 * self.settings.worker.flush_records:
             self._room.set()
         return True
 

@@ -41,7 +41,7 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
             tail.write(rejection_line(rejection))
         if status is not BatchStatus.COMPLETED:
             code = _UNRUN_CODE[status]
-            for _line, record in pending_records(rt.blobs, batch, skip, rt.settings.max_line_bytes):
+            for _line, record in pending_records(rt.blobs, batch, skip, rt.settings.batches.max_line_bytes):
                 custom_id = record.custom_id if isinstance(record, Unreadable) else record["custom_id"]
                 tail.write(unrun_line(custom_id, code))
                 unrun += 1

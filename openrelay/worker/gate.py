@@ -41,7 +41,8 @@ class EngineGate:
         self.settings = settings
         self.adaptive = adaptive
         # Records that failed together (an engine that stumbled) retry spread over the lower half of the wait.
-        self._retries = Backoff(base=settings.retry_base_seconds, cap=settings.retry_max_seconds, jitter=(0.5, 1.0))
+        self._retries = Backoff(base=settings.engines.retry_base_seconds, cap=settings.engines.retry_max_seconds,
+                                jitter=(0.5, 1.0))
 
     @property
     def is_open(self) -> bool:
@@ -81,14 +82,14 @@ class EngineGate:
                     replica.suspect()
                 if outcome == "overloaded" and self.adaptive:
                     overloaded_since = overloaded_since if overloaded_since is not None else time.monotonic()
-                    if time.monotonic() - overloaded_since < self.settings.sick_engine_seconds:
+                    if time.monotonic() - overloaded_since < self.settings.engines.sick_engine_seconds:
                         overloads += 1
                         ENGINE_RETRIES.labels(self.model).inc()
                         avoid = replica if others else None
                         await asyncio.sleep(self._retry_delay(min(overloads, 8)))
                         continue
                 attempt += 1
-                if attempt < self.settings.retry_attempts:
+                if attempt < self.settings.engines.retry_attempts:
                     ENGINE_RETRIES.labels(self.model).inc()
                     if others and outcome != "overloaded":
                         avoid = replica  # another replica may answer at once: no reason to wait
@@ -101,7 +102,7 @@ class EngineGate:
                     return reply
                 if outage == "sick":
                     sick_since = sick_since if sick_since is not None else time.monotonic()
-                    if time.monotonic() - sick_since >= self.settings.sick_engine_seconds:
+                    if time.monotonic() - sick_since >= self.settings.engines.sick_engine_seconds:
                         return reply
                 attempt, avoid = 0, None
         finally:
@@ -123,7 +124,7 @@ class EngineGate:
                 return _choose(open_, group, avoid)
             if reason is not None:
                 raise Stopped(reason)
-            waits = [asyncio.ensure_future(r.wait_open(self.settings.tick_seconds)) for r in self.replicas]
+            waits = [asyncio.ensure_future(r.wait_open(self.settings.worker.tick_seconds)) for r in self.replicas]
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:

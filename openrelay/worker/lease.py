@@ -29,18 +29,18 @@ class LeaseKeeper:
         settings = self.rt.settings
         renewed = time.monotonic()
         while not self.lost:
-            await asyncio.sleep(settings.tick_seconds)
+            await asyncio.sleep(settings.worker.tick_seconds)
             try:
-                if time.monotonic() - renewed >= settings.lease_seconds / 3:
+                if time.monotonic() - renewed >= settings.worker.lease_seconds / 3:
                     current = await asyncio.to_thread(self.rt.batches.renew_lease, self.batch_id, self.worker_id,
-                                                      settings.lease_seconds)
+                                                      settings.worker.lease_seconds)
                     renewed = time.monotonic()
                 else:
                     current = await asyncio.to_thread(self.rt.batches.by_id, self.batch_id)
                     current = current if current.lease_owner == self.worker_id else None
             except Exception as exc:
                 log.warning("batch %s: heartbeat failed (%s: %s)", self.batch_id, exc.__class__.__name__, exc)
-                if time.monotonic() - renewed < settings.lease_seconds:
+                if time.monotonic() - renewed < settings.worker.lease_seconds:
                     continue
                 current = None
             if current is None:

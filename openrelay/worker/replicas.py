@@ -46,7 +46,7 @@ class Replica:
         self.reason: Outage = "down"
         self._open = asyncio.Event()
         self._open.set()
-        self._probes = Backoff(base=settings.outage_base_seconds, cap=settings.outage_max_seconds)
+        self._probes = Backoff(base=settings.engines.outage_base_seconds, cap=settings.engines.outage_max_seconds)
         self._probe_rounds = 0  # waits for a probe since a call here last got an answer (the backoff grows)
         self._prober: asyncio.Task[None] | None = None
         self._checking: asyncio.Task[None] | None = None

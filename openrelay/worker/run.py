@@ -120,7 +120,7 @@ class BatchRun:
                     shown = limit
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
-            await asyncio.sleep(max(1.0, self.settings.tick_seconds))
+            await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
 
     def _concurrency_now(self) -> int:
         return self.gate.limit if self.spec.adaptive else self.spec.concurrency
@@ -158,7 +158,7 @@ class BatchRun:
         """``concurrency`` lanes share one queue of the batch's records (worker/dispatch.py: prefix groups back
         to back); each lane runs one record at a time. This keeps exactly that many requests in flight with no
         task or semaphore per record (with ``concurrency = "auto"``, as many as the engine's limiter lets go)."""
-        queue = DispatchQueue(self.rt.blobs, self.batch, skip, self.settings.max_line_bytes,
+        queue = DispatchQueue(self.rt.blobs, self.batch, skip, self.settings.batches.max_line_bytes,
                               grouping=self.spec.prefix_grouping, groups=self.groups, in_flight=self._concurrency_now)
         try:
             first = await queue.take()
@@ -180,7 +180,7 @@ class BatchRun:
         item = first
         while self._stop_reason() is None:
             if item is None:
-                if not await self.writer.wait_for_room(self.settings.tick_seconds):
+                if not await self.writer.wait_for_room(self.settings.worker.tick_seconds):
                     continue
                 item = await queue.take()
                 if item is None:

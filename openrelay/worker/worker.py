@@ -63,17 +63,17 @@ class Worker:
             except Exception:  # keep the worker alive through a store hiccup; the next tick retries
                 log.exception("worker tick failed")
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.tick_seconds)
+                await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.worker.tick_seconds)
             except TimeoutError:
                 pass
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.rt.batches.promote_validated)
-        max_batches = self.rt.settings.max_batches
+        max_batches = self.rt.settings.worker.max_batches
         while len(self._active) < self.capacity and self.slots:
             runs = max_batches is None or len(self._runs) < max_batches
             batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
-                                            self.rt.settings.lease_seconds, frozenset(self._active), runs=runs)
+                                            self.rt.settings.worker.lease_seconds, frozenset(self._active), runs=runs)
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
@@ -104,13 +104,14 @@ class Worker:
         settings = self.rt.settings
         failures = batch.run_failures + 1
         why = f"{exc.__class__.__name__}: {exc}"
-        log.error("batch %s: run %d of %d failed: %s", batch.id, failures, settings.run_attempts, why,
+        log.error("batch %s: run %d of %d failed: %s", batch.id, failures, settings.worker.run_attempts, why,
                   exc_info=exc if failures == 1 else None)
-        if failures >= settings.run_attempts:
+        if failures >= settings.worker.run_attempts:
             end_failed_batch(self.rt, self.worker_id, batch,
                              f"the batch could not be run ({failures} attempts); the last error: {why}")
             return
-        delay = Backoff(base=settings.run_retry_base_seconds, cap=settings.run_retry_max_seconds).delay(failures)
+        runs = settings.worker
+        delay = Backoff(base=runs.run_retry_base_seconds, cap=runs.run_retry_max_seconds).delay(failures)
         self.rt.batches.retry_later(batch.id, self.worker_id, failures=failures, delay=delay)
 
     async def _act(self, batch: Batch) -> None:
@@ -148,7 +149,7 @@ class Worker:
         held = list(self._active)
         active = list(self._active.values())
         if active:
-            _done, late = await asyncio.wait(active, timeout=self.rt.settings.drain_seconds)
+            _done, late = await asyncio.wait(active, timeout=self.rt.settings.worker.drain_seconds)
             for task in late:
                 task.cancel()
             await asyncio.gather(*active, return_exceptions=True)
