@@ -1,0 +1,127 @@
+"""Settings written once (openrelay/config.py): every variable is read, the CLI and the docs show its default."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from openrelay.cli.main import app
+from openrelay.config import GROUPS, BatchLimits, HttpLimits, Settings, WorkerSettings, env_var
+from openrelay.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+READ_BY_BUILD = [(name, group, f) for name, group in GROUPS.items() for f in dataclasses.fields(group) if f.metadata]
+
+
+def _other_value(default: Any) -> tuple[str, Any]:
+    """A value unlike the default, as the environment would say it and as the setting should hold it."""
+    if isinstance(default, bool):
+        return ("0", False) if default else ("1", True)
+    if default is None:
+        return "3", 3
+    if isinstance(default, int):
+        return str(default + 7), default + 7
+    return str(default + 0.25), default + 0.25
+
+
+def _build(environ: dict[str, str]) -> Settings:
+    return Settings.build(data_dir=Path("data"), database_url="sqlite://", environ=environ)
+
+
+@pytest.mark.parametrize(("group_name", "group", "f"), READ_BY_BUILD,
+                         ids=[f.metadata["env"] for *_, f in READ_BY_BUILD])
+def test_every_settings_variable_is_read(group_name: str, group: type, f: dataclasses.Field,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    raw, expected = _other_value(f.default)
+    changed = getattr(_build({f.metadata["env"]: raw}), group_name)
+    assert getattr(changed, f.name) == expected
+    assert changed == dataclasses.replace(group(), **{f.name: expected})  # that one field only
+    assert getattr(_build({f.metadata["env"]: ""}), group_name) == group()  # empty is unset: the default
+    monkeypatch.setenv(f.metadata["env"], raw)  # without environ=, the process's own
+    assert getattr(getattr(Settings.build(data_dir=Path("data"), database_url=None), group_name), f.name) == expected
+
+
+def test_special_values_mean_what_they_meant() -> None:
+    assert _build({"OPENRELAY_WORKER_MAX_BATCHES": "0"}).worker.max_batches is None  # 0: no limit, like unset
+    assert _build({"OPENRELAY_POLL_CACHE": "2"}).reads.poll_cache is True  # any number but 0 is on
+    assert _build({}) == Settings(data_dir=Path("data").resolve(), database_url="sqlite://")
+    assert Settings.build(data_dir=Path("data"), database_url=None, window_seconds=60).batches.window_seconds == 60
+
+
+def test_every_variable_has_its_own_name_and_the_deploy_page_shows_its_default() -> None:
+    names = [f.metadata["env"] for *_, f in READ_BY_BUILD] + [env_var(Settings, "blob_url"),
+                                                              env_var(Settings, "metrics_token")]
+    assert len(names) == len(set(names)) == 35  # 33 read by Settings.build, 2 by the CLI
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    assert not [name for name in names if f"`{name}`" not in deploy]
+    shown = dict(re.findall(r"`(OPENRELAY_[A-Z_]+)` \(([\d.]+)\)", deploy))
+    for *_, f in READ_BY_BUILD:
+        if f.metadata["env"] in shown:
+            assert float(shown[f.metadata["env"]]) == f.default, f.metadata["env"]
+    assert len(shown) == 26  # every variable but the flags' and the token, whose defaults the flags' table shows
+
+
+def test_only_config_and_the_cli_read_variables() -> None:
+    """A setting's variable is read in config.py; the CLI reads the two it declares (blob URL, metrics token)
+    through config.env_var, and the users' commands their own two (cli/http.py)."""
+    reading = re.compile(r"""(environ(\.get)?\(|environ\[|getenv\(|envvar=)\s*["']OPENRELAY_""")
+    found = [str(p.relative_to(ROOT)) for p in (ROOT / "openrelay").rglob("*.py") if reading.search(p.read_text())]
+    assert found == ["openrelay/cli/http.py"]
+
+
+def _options(command: str) -> dict[str, Any]:
+    """The typer options of one `orl` command, by name (typer's own click: typer._click)."""
+    group: Any = typer.main.get_command(app)
+    return {p.name: p for p in group.commands[command].params if p.name}
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+@pytest.mark.parametrize(("flag", "field"), [("max_header_bytes", "max_header_bytes"),
+                                             ("max_create_bytes", "max_create_body_bytes"),
+                                             ("max_json_bytes", "max_json_body_bytes"),
+                                             ("max_upload_bytes", "max_upload_bytes"),
+                                             ("header_timeout", "header_timeout_seconds"),
+                                             ("body_timeout", "body_idle_timeout_seconds")])
+def test_the_serve_help_shows_each_limits_default_and_variable_from_config(flag: str, field: str) -> None:
+    option = _options("serve")[flag]
+    assert option.default is None  # unset: the environment, else the default
+    assert f"(default {_shown(getattr(HttpLimits, field))}, env {env_var(HttpLimits, field)})." in (option.help or "")
+
+
+def test_the_cli_defaults_are_configs() -> None:
+    for command in ("serve", "worker"):
+        options = _options(command)
+        assert options["window_seconds"].default == BatchLimits.window_seconds == 86_400
+        assert env_var(WorkerSettings, "max_batches") in (options["max_batches"].help or "")
+        assert options["blob_url"].envvar == env_var(Settings, "blob_url") == "OPENRELAY_BLOB_URL"
+    assert _options("serve")["metrics_token"].envvar == env_var(Settings, "metrics_token")
+    assert HttpLimits.max_header_bytes == 65_536 and HttpLimits.max_upload_bytes == 200_000_000
+    rendered = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
+    assert rendered.exit_code == 0
+    assert "(default 65536, env OPENRELAY_MAX_HEADER_BYTES)" in rendered.output
+    assert "[default: 86400]" in rendered.output
+
+
+@pytest.mark.parametrize(("name", "raw", "wanted"), [("OPENRELAY_TICK_SECONDS", "fast", "a number"),
+                                                     ("OPENRELAY_MAX_RECORDS", "1.5", "a whole number"),
+                                                     ("OPENRELAY_POLL_CACHE", "yes", "a whole number (0: off)"),
+                                                     ("OPENRELAY_WORKER_MAX_BATCHES", "all",
+                                                      "a whole number (0: no limit)")])
+def test_a_variable_that_does_not_parse_stops_the_process_naming_it(name: str, raw: str, wanted: str,
+                                                                    tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        _build({name: raw})
+    assert refused.value.message == f"{name}={raw!r} is not {wanted}"
+    for command in (["worker"], ["serve", "--no-worker"]):
+        result = CliRunner().invoke(app, [*command, "--data-dir", str(tmp_path)], env={name: raw})
+        assert result.exit_code == 2, result.output
+        assert f"orl: {name}={raw!r} is not {wanted}" in result.output
