@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from openrelay.errors import StoreError
 from openrelay.store import compiled
 from openrelay.store.accounts import Accounts
-from openrelay.store.compiled import CompiledRead, First, run_plan
+from openrelay.store.compiled import CompiledRead, FirstRow, run_plan
 from openrelay.store.db import Database
 from openrelay.store.read_cache import KeptRows, ReadCache
 from openrelay.store.schema import organizations
@@ -212,7 +212,7 @@ def test_sqlite_kept_rows_do_not_outlive_the_reader_connection_they_were_read_on
 
         def name() -> str:
             def plan():  # noqa: ANN202
-                return (yield First(read, {"org_id": org.id}))[0]
+                return (yield FirstRow(read, {"org_id": org.id}))[0]
             return run_plan(db, plan(), kept)
 
         assert name() == "before"

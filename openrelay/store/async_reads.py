@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy.engine import Dialect
 
 from ..errors import StoreError, StoreUnavailable
-from .compiled import First, Plan
+from .compiled import FirstRow, Plan
 from .db import Database
 from .read_cache import POLL_KEPT, POLL_SERVER, KeptRows, ReadCache
 
@@ -86,7 +86,7 @@ class AsyncReads:
             except psycopg.Error as exc:
                 raise StoreError(_message(exc)) from exc
 
-    async def _run(self, plan: Plan[T], step: First | Any) -> T:
+    async def _run(self, plan: Plan[T], step: FirstRow | Any) -> T:
         cache = self.cache
         async with contextlib.AsyncExitStack() as stack:
             cursor = None  # a pooled connection's, taken at the first step whose rows are not kept
@@ -103,11 +103,11 @@ class AsyncReads:
                         cursor = (await stack.enter_async_context(self._pool.connection())).cursor()
                     token = cache.token(org_id) if key is not None else None
                     await cursor.execute(*read.sql_and_args(self._dialect, params))
-                    rows = await cursor.fetchone() if isinstance(step, First) else tuple(await cursor.fetchall())
+                    rows = await cursor.fetchone() if isinstance(step, FirstRow) else tuple(await cursor.fetchall())
                     if key is not None:
                         cache.put(key, org_id, token, rows)
                 try:
-                    step = plan.send(rows if isinstance(step, First) else list(rows))
+                    step = plan.send(rows if isinstance(step, FirstRow) else list(rows))
                 except StopIteration as done:
                     return done.value
 

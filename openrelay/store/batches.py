@@ -13,7 +13,7 @@ from ..errors import Conflict, NotFound
 from ..ids import now
 from ..types import CANCELLABLE_VALUES, Batch, BatchStatus
 from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
-from .compiled import All, CompiledRead, First, Plan, run_plan
+from .compiled import AllRows, CompiledRead, FirstRow, Plan, run_plan
 from .db import holds_nul
 from .files import insert_file
 from .idempotency import Claim, complete_claim
@@ -77,7 +77,7 @@ class Batches(BatchLeases):
         """``get`` as a plan (``store.compiled``), which the API's event loop may run without a thread."""
         values = None
         if not holds_nul(batch_id):
-            values = yield First(_GET, {"batch_id": batch_id, "org_id": org_id})
+            values = yield FirstRow(_GET, {"batch_id": batch_id, "org_id": org_id})
         if values is None:
             raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
         return batch_from_values(values)
@@ -107,11 +107,11 @@ class Batches(BatchLeases):
             params["tag"] = tag  # one tag, exactly as sent: it equals a stored (trimmed) tag or nothing
         query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
         if after:
-            anchor = yield First(_ANCHOR, {"batch_id": after, "org_id": org_id})
+            anchor = yield FirstRow(_ANCHOR, {"batch_id": after, "org_id": org_id})
             if anchor is None:
                 raise NotFound(f"No such Batch object: {after}", param="after")
             params["after_ns"], params["after_id"] = anchor
-        found = [api_from_values(v) for v in (yield All(query, params))]
+        found = [api_from_values(v) for v in (yield AllRows(query, params))]
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:

@@ -1,5 +1,5 @@
 """Reads on the polling path, compiled once per dialect and run straight on the driver, written as plans: a
-generator that yields its steps (``First``, ``All``), is sent each step's rows and returns its answer.
+generator that yields its steps (``FirstRow``, ``AllRows``), is sent each step's rows and returns its answer.
 ``run_plan`` runs one on a thread; ``store/async_reads.py`` on the event loop. Why, and what it costs: docs/design.md,
 "Reads on the polling path"."""
 
@@ -20,7 +20,7 @@ from ..errors import StoreError, StoreUnavailable
 from .db import Database, database_error
 from .read_cache import POLL_KEPT, POLL_SERVER, KeptRows
 
-__all__ = ["All", "CompiledRead", "First", "Plan", "Reader", "reader", "reads_are_local", "run_plan"]
+__all__ = ["AllRows", "CompiledRead", "FirstRow", "Plan", "Reader", "reader", "reads_are_local", "run_plan"]
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ class CompiledRead:
 
 
 @dataclass(frozen=True, slots=True)
-class First:
+class FirstRow:
     """A plan's step: the first row of ``read`` (a tuple), or None."""
 
     read: CompiledRead
@@ -60,15 +60,15 @@ class First:
 
 
 @dataclass(frozen=True, slots=True)
-class All:
+class AllRows:
     """A plan's step: every row of ``read``, a list of tuples."""
 
     read: CompiledRead
     params: Mapping[str, Any]
 
 
-# A read as steps: yields First/All, is sent each one's rows, returns the answer. It may raise (NotFound...).
-Plan = Generator[First | All, Any, T]
+# A read as steps: yields FirstRow/AllRows, is sent each one's rows, returns the answer. It may raise (NotFound...).
+Plan = Generator[FirstRow | AllRows, Any, T]
 
 
 class Reader:
@@ -87,8 +87,8 @@ class Reader:
         self._cursor.execute(*read.sql_and_args(self._dialect, params))
         return self._cursor.fetchall()
 
-    def step(self, step: First | All) -> Any:
-        if isinstance(step, First):
+    def step(self, step: FirstRow | AllRows) -> Any:
+        if isinstance(step, FirstRow):
             return self.first(step.read, step.params)
         return self.all(step.read, step.params)
 
@@ -121,8 +121,8 @@ def run_plan(db: Database, plan: Plan[T], kept: KeptRows | None = None) -> T:
                 (POLL_KEPT if found else POLL_SERVER).inc()
                 if not found:
                     rows = read.step(step)
-                    kept.put(key, version, rows if isinstance(step, First) else tuple(rows))
-                elif not isinstance(step, First):
+                    kept.put(key, version, rows if isinstance(step, FirstRow) else tuple(rows))
+                elif not isinstance(step, FirstRow):
                     rows = list(rows)
             else:
                 rows = read.step(step)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from ..types import CLAIMABLE_VALUES, BatchStatus, Priority
-from .compiled import All, CompiledRead, Plan
+from .compiled import AllRows, CompiledRead, Plan
 from .schema import batches
 
 __all__ = ["LiveBatch", "LiveState", "queue_order", "queue_plan"]
@@ -100,7 +100,7 @@ _LIVE_OF_MODEL = _live_of_model()
 
 def queue_plan(model: str) -> Plan[dict[str, LiveState]]:
     """Every live batch of ``model``, by id, with its queue position (``queue_order``): one read."""
-    rows: list[tuple[Any, ...]] = yield All(_LIVE_OF_MODEL, {"model": model})
+    rows: list[tuple[Any, ...]] = yield AllRows(_LIVE_OF_MODEL, {"model": model})
     positions = _positions(rows)
     get = positions.get
     return {r[0]: LiveState(get(r[0]), bool(r[4]), r[6], r[7]) for r in rows}
