@@ -224,7 +224,7 @@ def test_delete_folder_removes_every_blob_under_it_and_nothing_beside(backend: B
 def test_the_layout_is_the_keys(backend: Backend) -> None:
     """Both stores keep every key at the same place under their root (the local directory or the prefix)."""
     written = [keys.file_key("file-1"), keys.rejections_key("b1"), keys.chunk_key("b1", 7, "err", "a1b2"),
-               keys.tail_key("b1"), keys.output_key("b1"), keys.error_key("b1")]
+               keys.error_tail_key("b1"), keys.output_key("b1"), keys.error_key("b1")]
     for key in written:
         write(backend.blobs, key, b"x\n")
     assert backend.stored() == sorted(written)

@@ -18,7 +18,7 @@ Keys are ``/``-separated, never start with ``/`` and hold no ``..`` part (``chec
 from __future__ import annotations
 
 __all__ = ["file_key", "refused_create_key", "rejections_key", "dispatch_order_key", "chunk_key", "chunks_folder",
-           "tail_key", "output_key", "error_key", "check_key"]
+           "error_tail_key", "output_key", "error_key", "check_key"]
 
 
 def file_key(file_id: str) -> str:
@@ -47,7 +47,9 @@ def chunks_folder(batch_id: str) -> str:
     return f"batches/{batch_id}/chunks"
 
 
-def tail_key(batch_id: str) -> str:
+def error_tail_key(batch_id: str) -> str:
+    """The error file's last part, written when the batch ends: the create's rejections and the records that never
+    ran, after every run-time error line."""
     return f"batches/{batch_id}/unrun.jsonl"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from ..blobs.keys import chunks_folder, dispatch_order_key, error_key, output_key, tail_key
+from ..blobs.keys import chunks_folder, dispatch_order_key, error_key, error_tail_key, output_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
 from ..store.results import LeaseLost, ResultFile
@@ -36,7 +36,7 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
     settled = {line for chunk in chunks for line in chunk.lines}
     skip = settled | {r.line for r in rejections}
     unrun = 0
-    with rt.blobs.writer(tail_key(batch.id)) as tail:
+    with rt.blobs.writer(error_tail_key(batch.id)) as tail:
         for rejection in rejections:
             tail.write(rejection_line(rejection))
         if status is not BatchStatus.COMPLETED:
@@ -53,7 +53,7 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
         output = ResultFile(file_id=output_file_id(batch.id), blob_key=output_key(batch.id), size=size,
                             filename=f"{batch.id}_output.jsonl")
     if rejections or unrun or any(c.failed for c in chunks):
-        sources = [c.err_key for c in chunks if c.err_key] + [tail_key(batch.id)]
+        sources = [c.err_key for c in chunks if c.err_key] + [error_tail_key(batch.id)]
         size = rt.blobs.compose(error_key(batch.id), sources)
         error = ResultFile(file_id=error_file_id(batch.id), blob_key=error_key(batch.id), size=size,
                            filename=f"{batch.id}_error.jsonl")
@@ -65,7 +65,7 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
     # Every chunk is in the result files now. The folder also holds any chunk a run wrote but never committed
     # (killed between its blobs and its commit, or refused for a lost lease): nothing names those, so they go too.
     rt.blobs.delete_folder(chunks_folder(batch.id))
-    rt.blobs.delete(tail_key(batch.id))
+    rt.blobs.delete(error_tail_key(batch.id))
     for file_key in rt.files.orphaned_batch_blobs(batch):
         rt.blobs.delete(file_key)
 
