@@ -16,7 +16,7 @@ import pytest
 
 from openrelay.config import ReadCaches
 from openrelay.errors import Unauthorized
-from openrelay.service.auth import MAX_KEY_CACHE_SECONDS, Keys
+from openrelay.service.auth import MAX_KEY_CACHE_SECONDS, KeyCache
 from openrelay.store.accounts import Accounts
 from openrelay.store.db import Database
 from tests.support.batches import org_key, wait_for
@@ -50,7 +50,7 @@ def test_a_read_uses_the_key_until_the_ttl_passes_then_sees_the_revoke(accounts)
     org = accounts.create_org("o")
     key, secret = accounts.create_key(org.id)
     clock = Clock()
-    keys = Keys(accounts, TTL, clock)
+    keys = KeyCache(accounts, TTL, clock)
     assert keys.cached(_bearer(secret)) is None  # nothing remembered before the first read
     assert keys.for_read(_bearer(secret)).id == key.id
     accounts.revoke_key(key.id)
@@ -67,7 +67,7 @@ def test_a_write_reads_the_key_fresh(accounts):
     org = accounts.create_org("o")
     key, secret = accounts.create_key(org.id)
     clock = Clock()
-    keys = Keys(accounts, TTL, clock)
+    keys = KeyCache(accounts, TTL, clock)
     keys.for_read(_bearer(secret))
     accounts.set_budget(key.id, 0)
     assert keys.authenticate(_bearer(secret)).budget_nano_usd == 0  # the spend check sees the store now
@@ -81,7 +81,7 @@ def test_unknown_and_revoked_keys_are_not_remembered(accounts):
     org = accounts.create_org("o")
     key, secret = accounts.create_key(org.id)
     accounts.revoke_key(key.id)
-    keys = Keys(accounts, TTL, Clock())
+    keys = KeyCache(accounts, TTL, Clock())
     for authorization in (_bearer(secret), _bearer("orl-not-a-key"), None, "Basic abc"):
         with pytest.raises(Unauthorized):
             keys.for_read(authorization)
@@ -91,8 +91,8 @@ def test_unknown_and_revoked_keys_are_not_remembered(accounts):
 def test_the_ttl_cannot_outlast_the_two_second_promise(accounts):
     assert ReadCaches.key_cache_seconds <= MAX_KEY_CACHE_SECONDS == 2.0
     with pytest.raises(ValueError):
-        Keys(accounts, MAX_KEY_CACHE_SECONDS + 0.5)
-    Keys(accounts, 0)  # 0: no memory at all
+        KeyCache(accounts, MAX_KEY_CACHE_SECONDS + 0.5)
+    KeyCache(accounts, 0)  # 0: no memory at all
 
 
 def _key_id(server, org: str, secret: str) -> str:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from ..errors import InvalidRequest
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
-from ..service.auth import Keys
+from ..service.auth import KeyCache
 from ..store.async_reads import AsyncReads
 from ..store.compiled import Plan, reads_are_local, run_plan
 from ..store.read_cache import KeptRows
@@ -54,7 +54,7 @@ class ApiContext:
     def __init__(self, rt: Runtime, writes: OrgWrites) -> None:
         self.rt = rt
         self.writes = writes
-        self.keys = Keys(rt.accounts, rt.settings.reads.key_cache_seconds)
+        self.keys = KeyCache(rt.accounts, rt.settings.reads.key_cache_seconds)
         reads_on_loop = reads_are_local(rt.db)
         self.loop_reads = None if reads_on_loop else AsyncReads(rt.db, keep_rows=rt.settings.reads.poll_cache)
         self._kept_here = KeptRows() if reads_on_loop and rt.settings.reads.poll_cache else None  # compiled.run_plan's
@@ -68,7 +68,7 @@ class ApiContext:
         return await run_in_threadpool(self.keys.authenticate, request.headers.get("authorization"))
 
     async def reader(self, request: Request) -> ApiKey:
-        """The key of a request that only reads, from memory when it was checked recently (see ``Keys``)."""
+        """The key of a request that only reads, from memory when it was checked recently (see ``KeyCache``)."""
         authorization = request.headers.get("authorization")
         key = self.keys.cached(authorization)
         if key is None:

@@ -1,9 +1,9 @@
 """Who is calling, and may they? 401 for no or an unknown key, 403 for a missing scope, 402 for a used-up budget.
 
-Reads may use a key as the store showed it up to ``key_cache_seconds`` ago (``Keys.cached``), so that a poll
+Reads may use a key as the store showed it up to ``key_cache_seconds`` ago (``KeyCache.cached``), so that a poll
 costs one database round trip, not two. The bound is a TTL, not a signal: a key revoked by any process on any
 machine (``orl admin key revoke``) stops working here at most that long after the revoke commits, with nothing
-sent between processes. Everything that writes reads the key fresh (``Keys.authenticate``): a create sees the
+sent between processes. Everything that writes reads the key fresh (``KeyCache.authenticate``): a create sees the
 key's spend as it is now, and a revoked key never writes again.
 """
 
@@ -17,7 +17,7 @@ from ..runtime import Runtime
 from ..store.accounts import Accounts, hash_key
 from ..types import ApiKey
 
-__all__ = ["Keys", "MAX_KEY_CACHE_SECONDS", "bearer_token", "authenticate", "authenticate_secret",
+__all__ = ["KeyCache", "MAX_KEY_CACHE_SECONDS", "bearer_token", "authenticate", "authenticate_secret",
            "require", "require_budget"]
 
 MAX_KEY_CACHE_SECONDS = 2.0  # docs/api-contract.md §2: a revoked key stops working within two seconds
@@ -56,7 +56,7 @@ def _live_key(accounts: Accounts, secret: str) -> ApiKey:
     return key
 
 
-class Keys:
+class KeyCache:
     """Authentication with a brief in-process memory of live keys, by the SHA-256 of their secret.
 
     An entry expires ``ttl`` seconds after the store read that filled it *began*, so it never shows a key as it
