@@ -22,7 +22,7 @@ from ..service import progress as progress_service
 from ..service import records as record_service
 from ..service import retry as retry_service
 from ..types import Batch, Scope, tag_list
-from .pages import Signed, dashboard_route, redirect, render, url_with
+from .pages import SignedInSession, dashboard_route, redirect, render, url_with
 from .views import BatchView
 
 __all__ = ["add_routes"]
@@ -31,7 +31,7 @@ RECORDS_PAGE = 20
 
 
 def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
-    async def detail(request: Request, signed: Signed, batch_id: str) -> Response:
+    async def detail(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
         progress = (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id]
         view = BatchView(batch, time.time(), progress)
@@ -39,12 +39,12 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
             return render("_batch_live.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS)
         return await _detail_page(rt, request, signed, batch)
 
-    async def request_of(request: Request, signed: Signed, batch_id: str) -> Response:
+    async def request_of(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         custom_id = request.query_params.get("custom_id") or ""
         found = await run_in_threadpool(record_service.find_request, rt, signed.key, batch_id, custom_id)
         return render("_request.html", signed=signed, record=found, custom_id=custom_id)
 
-    async def cancel(request: Request, signed: Signed, batch_id: str) -> Response:
+    async def cancel(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         try:
             await run_in_threadpool(batch_service.cancel_batch, rt, signed.key, batch_id)
         except OpenRelayError as exc:
@@ -54,7 +54,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
             return await _detail_page(rt, request, signed, batch, status=409, problem=exc.message)
         return redirect(f"/batches/{batch_id}")
 
-    async def metadata(request: Request, signed: Signed, batch_id: str) -> Response:
+    async def metadata(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         form = await request.form()
         try:
             wanted = _metadata_from_editor(form)
@@ -65,7 +65,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
             return await _detail_page(rt, request, signed, batch, status=400, problem=exc.message)
         return redirect(f"/batches/{batch_id}#metadata")
 
-    async def retry(request: Request, signed: Signed, batch_id: str) -> Response:
+    async def retry(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         try:
             made = await run_in_threadpool(retry_service.retry_batch, rt, signed.key, batch_id, b"")
         except OpenRelayError as exc:
@@ -100,7 +100,7 @@ def _metadata_from_editor(form: Any) -> dict[str, str]:
     return wanted
 
 
-async def _detail_page(rt: Runtime, request: Request, signed: Signed, batch: Batch, *, status: int = 200,
+async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, batch: Batch, *, status: int = 200,
                        problem: str | None = None) -> Response:
     q = request.query_params
     view = BatchView(batch, time.time(), (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id])

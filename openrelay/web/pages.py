@@ -21,11 +21,11 @@ from .security import PAGE_HEADERS, SESSION_COOKIE, csrf_for, csrf_matches
 from .static import static_url
 from .views import templates
 
-__all__ = ["Signed", "render", "dashboard_route", "redirect", "url_with"]
+__all__ = ["SignedInSession", "render", "dashboard_route", "redirect", "url_with"]
 
 
 @dataclass(frozen=True)
-class Signed:
+class SignedInSession:
     """The key a request acts as, through its session, and the session's CSRF token."""
 
     key: ApiKey
@@ -59,7 +59,7 @@ def url_with(path: str, params: list[tuple[str, str]], **changes: str | None) ->
 Handler = Callable[..., Awaitable[Response]]
 
 
-def require_csrf(signed: Signed, given: object) -> None:
+def require_csrf(signed: SignedInSession, given: object) -> None:
     if not csrf_matches(signed.csrf, given):
         raise CsrfRefused("This form has expired or did not come from this dashboard (its CSRF token is missing or "
                           "wrong). Reload the page and try again.")
@@ -76,10 +76,10 @@ def dashboard_route(rt: Runtime, *, write: OrgWrites | None = None,
     def wrap(handler: Handler) -> Callable[..., Awaitable[Response]]:
         async def route(request: Request) -> Response:
             session_id = request.cookies.get(SESSION_COOKIE)
-            signed: Signed | None = None
+            signed: SignedInSession | None = None
             try:
                 key = await run_in_threadpool(session_key, rt, session_id)
-                signed = Signed(key=key, csrf=csrf_for(session_id or ""))
+                signed = SignedInSession(key=key, csrf=csrf_for(session_id or ""))
                 if write is not None and not streamed:
                     require_csrf(signed, (await request.form()).get("csrf"))
                 try:
@@ -100,7 +100,7 @@ def dashboard_route(rt: Runtime, *, write: OrgWrites | None = None,
     return wrap
 
 
-def error_page(exc: OpenRelayError, signed: Signed | None) -> HTMLResponse:
+def error_page(exc: OpenRelayError, signed: SignedInSession | None) -> HTMLResponse:
     titles = {400: "Refused", 403: "Not allowed", 404: "Not found", 409: "Conflict", 402: "Budget used up"}
     message = exc.message if exc.status != 404 else "There is no such batch or file in your organization."
     return render("error.html", exc.status, signed=signed, title=titles.get(exc.status, "Error"),

@@ -27,7 +27,7 @@ from ..service import progress as progress_service
 from ..service.sessions import SESSION_SECONDS, sign_in, sign_out
 from ..types import Scope
 from . import batch_pages
-from .pages import Signed, dashboard_route, error_page, redirect, render, require_csrf, url_with
+from .pages import SignedInSession, dashboard_route, error_page, redirect, render, require_csrf, url_with
 from .security import LOGIN_COOKIE, SESSION_COOKIE, csrf_for, csrf_matches, new_login_token, set_cookie
 from .static import serve_static
 from .views import BatchView
@@ -123,7 +123,7 @@ def _batch_query(request: Request) -> dashboard.BatchQuery:
 
 
 def _list_routes(router: APIRouter, rt: Runtime) -> None:
-    async def batch_page(request: Request, signed: Signed) -> Response:
+    async def batch_page(request: Request, signed: SignedInSession) -> Response:
         query = _batch_query(request)
         after = request.query_params.get("after") or None
         page = await run_in_threadpool(dashboard.list_batch_page, rt, signed.key, query, limit=PAGE_SIZE,
@@ -164,17 +164,17 @@ def _metadata_from_form(text: object, tags: object) -> dict[str, str] | None:
 
 
 def _new_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
-    async def new_page(request: Request, signed: Signed) -> Response:
+    async def new_page(request: Request, signed: SignedInSession) -> Response:
         return await _render_new(rt, request, signed)
 
-    async def upload(request: Request, signed: Signed) -> Response:
+    async def upload(request: Request, signed: SignedInSession) -> Response:
         # The API's upload path: streamed into the blob store, kept only when the form is whole and its CSRF
         # token right, the same size limit.
         record = await receive_upload(rt, signed.key, request, purpose="batch",
                                       check_fields=lambda fields: require_csrf(signed, fields.get("csrf")))
         return redirect(url_with("/new", [], input_file_id=record.id))
 
-    async def create(request: Request, signed: Signed) -> Response:
+    async def create(request: Request, signed: SignedInSession) -> Response:
         form = await request.form()
         body: dict[str, Any] = {"input_file_id": form.get("input_file_id") or "",
                                 "endpoint": form.get("endpoint") or "", "completion_window": "24h",
@@ -205,7 +205,7 @@ def _new_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     router.add_route("/new", dashboard_route(rt, write=writes)(create), methods=["POST"])
 
 
-async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: int = 200,
+async def _render_new(rt: Runtime, request: Request, signed: SignedInSession, *, status: int = 200,
                       refused: NoValidRecords | None = None, failed: OpenRelayError | None = None,
                       form: Any = None, estimate: dict[str, Any] | None = None) -> Response:
     options = await run_in_threadpool(dashboard.create_options, rt, signed.key)
@@ -223,20 +223,20 @@ async def _render_new(rt: Runtime, request: Request, signed: Signed, *, status: 
 # -- files ----------------------------------------------------------------------------------------------------
 
 def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
-    async def files_page(request: Request, signed: Signed) -> Response:
+    async def files_page(request: Request, signed: SignedInSession) -> Response:
         after = request.query_params.get("after") or None
         listed = await run_in_threadpool(file_service.list_files, rt, signed.key, limit=50, after=after,
                                          purpose=None)
         return render("files.html", signed=signed, files=listed["data"], has_more=listed["has_more"],
                       last_id=listed["last_id"])
 
-    async def download(request: Request, signed: Signed, file_id: str) -> Response:
+    async def download(request: Request, signed: SignedInSession, file_id: str) -> Response:
         record, chunks = await run_in_threadpool(file_service.file_content, rt, signed.key, file_id)
         return StreamingResponse(chunks, media_type="application/octet-stream", headers={
             "content-length": str(record.bytes), "cache-control": "no-store", "x-content-type-options": "nosniff",
             "content-disposition": _attachment(record.filename)})
 
-    async def delete(request: Request, signed: Signed, file_id: str) -> Response:
+    async def delete(request: Request, signed: SignedInSession, file_id: str) -> Response:
         await run_in_threadpool(file_service.delete_file, rt, signed.key, file_id)
         return redirect("/files")
 
