@@ -43,7 +43,7 @@ BATCH_FIELDS = {
 CREATE_ONLY = {"rejected_count", "rejected_records", "rejected_records_file_id"}
 
 # The wording docs/api-contract.md §13 gives exactly.
-SEED_JSON_ERROR = "invalid character 'o' in literal null (expecting 'u')"
+EXAMPLE_JSON_ERROR = "invalid character 'o' in literal null (expecting 'u')"
 STREAMING = '"stream": true is not supported in batch'
 DUPLICATE = "custom_id appears more than once"
 OFFERED = "offered: test/echo, test/embed"
@@ -181,7 +181,7 @@ def test_every_record_rule_in_a_file_and_inline(make_server, engine_url):
     server = _metadata_server(make_server, engine_url)
     # Lines that cannot be read as a record: the parser's words (Go's encoding/json), custom_id "".
     unreadable = [
-        (b'{"custom_id": "seed", "method": no}', SEED_JSON_ERROR),
+        (b'{"custom_id": "seed", "method": no}', EXAMPLE_JSON_ERROR),
         (b'{"custom_id": "comma",}', "invalid character '}' looking for beginning of object key string"),
         (b'{"custom_id": "short"', "unexpected end of JSON input"),
         (b"{'custom_id': 'single'}", "invalid character '\\'' looking for beginning of object key string"),
@@ -264,7 +264,7 @@ def test_duplicates_reject_every_occurrence_and_land_in_the_error_file(server, e
         (3, "dup-a", "duplicate_custom_id", DUPLICATE),
         (5, "dup-b", "duplicate_custom_id", DUPLICATE),
         (6, "dup-b", "duplicate_custom_id", DUPLICATE),
-        (7, "", "invalid_json", SEED_JSON_ERROR),
+        (7, "", "invalid_json", EXAMPLE_JSON_ERROR),
         (8, "dup-a", "duplicate_custom_id", DUPLICATE),
         (9, "", "missing_custom_id", ANY),
         (10, "", "missing_custom_id", ANY),
@@ -377,7 +377,7 @@ def test_long_custom_ids_are_cut_to_512_escaped_bytes(server, engine):
         assert errors[n]["error"] == {"code": "streaming_unsupported", "message": f"line {n}: {STREAMING}"}
 
 
-def test_create_answer_follows_the_seed(server, engine):
+def test_create_answer_follows_the_example(server, engine):
     """The create answer of docs/api-contract.md §13: 4 records, req-1 twice and req-2 streaming, field by field."""
     content = jsonl(chat("req-1"), chat("req-2", stream=True), chat("req-3"), chat("req-1"))
     file_id = upload(server, content)
@@ -460,7 +460,7 @@ def test_no_valid_records_creates_nothing(server):
     assert error["rejected_records"] == [
         {"line": 1, "custom_id": "req-1", "code": "model_not_offered",
          "message": f'model "openrelay/unknown" is not offered for batch ({OFFERED})'},
-        {"line": 2, "custom_id": "", "code": "invalid_json", "message": SEED_JSON_ERROR},
+        {"line": 2, "custom_id": "", "code": "invalid_json", "message": EXAMPLE_JSON_ERROR},
     ]
     assert FILE_ID.match(error["rejected_records_file_id"]) and error["rejected_records_file_id"] != input_id
     assert error["rejected_count"] == 2

@@ -12,7 +12,7 @@ from openrelay.engines.factory import build_engine
 from openrelay.engines.openai_http import OpenAIEngine
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "catalogs").glob("*.toml"))
-SEED_MODELS = {
+EXAMPLE_MODELS = {
     "openrelay/gemma-4-31b": "/v1/chat/completions",
     "openrelay/bge-m3": "/v1/embeddings",
     "openrelay/deepseek-ocr-2": "/v1/chat/completions",
@@ -27,10 +27,10 @@ def test_every_engine_has_an_example():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_example_catalog_offers_the_seed_models(path: Path):
+def test_example_catalog_offers_the_example_models(path: Path):
     catalog = load_catalog(path)
-    assert catalog.names() == sorted(SEED_MODELS)
-    for name, endpoint in SEED_MODELS.items():
+    assert catalog.names() == sorted(EXAMPLE_MODELS)
+    for name, endpoint in EXAMPLE_MODELS.items():
         spec = catalog.models[name]
         assert endpoint in spec.endpoints
         assert spec.engine["kind"] == "openai" and set(spec.engine) <= ENGINE_KEYS
@@ -44,4 +44,4 @@ def test_orl_serve_lists_the_example_catalog(make_server, path: Path):
     server = make_server(catalog=path.read_text())
     models = server.http("GET", "/models").json()["data"]
     assert {m["id"]: m["endpoints"] for m in models} == {
-        name: list(load_catalog(path).models[name].endpoints) for name in SEED_MODELS}
+        name: list(load_catalog(path).models[name].endpoints) for name in EXAMPLE_MODELS}
