@@ -3,7 +3,8 @@
 # most of a test's time is spent waiting on servers and engines, so the two passes share the cores well. The
 # PostgreSQL pass runs only the tests that can tell the stores apart (tests/conftest.py). Each pass has its own
 # temporary directory and its own range of ports (tests/support/server.py, free_port); its output is printed when
-# both have ended. Extra arguments go to both pytest runs.
+# both have ended. Each pass runs its test files in OPENRELAY_TEST_WORKERS processes (pytest-xdist, a file to a
+# process, so a module's server is started once). Extra arguments go to both pytest runs.
 #   --fast  the fast tier: SQLite only, without the tests marked `slow` (built-in models, Chromium, SeaweedFS,
 #           llama-server, fuzzing, schemathesis)
 set -euo pipefail
@@ -11,11 +12,13 @@ cd "$(dirname "$0")/.."
 stores=(sqlite postgres)
 select=()
 tier="every test"
+workers="${OPENRELAY_TEST_WORKERS:-2}"
 if [[ "${1:-}" == "--fast" ]]; then
   shift
   stores=(sqlite)
   select=(-m "not slow")
   tier="the fast tier (not slow)"
+  workers="${OPENRELAY_TEST_WORKERS:-4}"
 fi
 bash scripts/setup.sh
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
@@ -26,11 +29,11 @@ fi
 .venv/bin/ruff check openrelay tests bench
 runs="$(mktemp -d /tmp/orl-suite-XXXXXX)"
 trap 'rm -rf "$runs"' EXIT
-echo "== $tier on ${stores[*]}, side by side (started $(date +%T)) ==" >&2
+echo "== $tier on ${stores[*]}, side by side, $workers processes each (started $(date +%T)) ==" >&2
 pids=()
 for store in "${stores[@]}"; do
   OPENRELAY_TEST_DB="$store" .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$runs/$store" \
-    ${select[@]+"${select[@]}"} "$@" > "$runs/$store.log" 2>&1 &
+    -n "$workers" --dist loadfile ${select[@]+"${select[@]}"} "$@" > "$runs/$store.log" 2>&1 &
   pids+=("$!")
 done
 failed=0

@@ -42,8 +42,16 @@ def depends_on_the_store(item: pytest.Item) -> bool:
     return module is None or any(hasattr(module, name) for name in STORE_PICKERS)
 
 
+SLOW_FIXTURES = frozenset({"seaweed", "s3_bucket", "browser"})  # SeaweedFS, Chromium: a test using one is `slow`
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On PostgreSQL, leave out the tests that run the same on either store: the SQLite pass runs them."""
+    """Hold every test that starts SeaweedFS or Chromium to the `slow` marker; on PostgreSQL, leave out the tests
+    that run the same on either store: the SQLite pass runs them."""
+    unmarked = [item.nodeid for item in items if SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(f"these start SeaweedFS or Chromium but are not marked slow: {unmarked}")
     if BACKEND == "sqlite":
         return
     once = [item for item in items if not depends_on_the_store(item)]

@@ -322,6 +322,7 @@ print(base, written, peak())
 """
 
 
+@pytest.mark.slow
 def test_a_large_blob_streams_through_bounded_memory(s3_bucket: S3Bucket) -> None:  # noqa: F811
     """256 MiB written, read back and composed by an S3 store in a fresh process: its peak memory grows by the
     parts and windows in flight (8 MiB parts, 4 at a time, one 8 MiB read window), far less than the blob."""

@@ -50,7 +50,8 @@ def test_result_file_ids_are_made_and_read_by_one_format() -> None:
     assert ids.error_file_id(batch_id) == f"file-{batch_id}-error"
 
 
-@pytest.mark.parametrize("file_id", ["file-batch_0123456789ab-input", "file-batch_0123-output", ids.new_file_id(),
+@pytest.mark.parametrize("file_id", ["file-batch_0123456789ab-input", "file-batch_0123-output",
+                                     pytest.param(ids.new_file_id(), id="new_file_id"),  # one test id in every process
                                      "file-batch_0123456789ab-output-x", "file-batch_0123456789AB-error"])
 def test_other_file_ids_are_not_result_file_ids(file_id: str) -> None:
     assert ids.parse_result_file_id(file_id) is None

@@ -86,14 +86,26 @@ def _toml_list(items: tuple[str, ...] | list[str]) -> str:
 
 
 # Each store's pass of the suite takes its servers' ports from a range of its own, below Linux's ephemeral range
-# (32768 and up, where bind(0) and outgoing connections take theirs): scripts/test.sh runs the two passes side by
-# side, and a port one pass found free must not be handed to the other before its server binds it.
+# (32768 and up, where bind(0) and outgoing connections take theirs), and each pytest-xdist worker of a pass a
+# slice of it: scripts/test.sh runs the passes side by side, each in several processes, and a port one process found
+# free must not be handed to another before its server binds it.
 _PORT_RANGES = {"sqlite": range(20_000, 26_000), "postgres": range(26_000, 32_000)}
 _given: set[int] = set()  # never hand out a port twice in one process: its server may not have bound it yet
 
 
-def free_port() -> int:
+def _my_ports() -> range:
     ports = _PORT_RANGES.get(os.environ.get("OPENRELAY_TEST_DB", "sqlite"), _PORT_RANGES["sqlite"])
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under pytest -n
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return ports
+    size = len(ports) // count
+    start = ports.start + int(worker[2:]) * size
+    return range(start, start + size)
+
+
+def free_port() -> int:
+    ports = _my_ports()
     for _ in range(1000):
         port = random.choice(ports)
         if port in _given:
@@ -254,6 +266,6 @@ class Server:
         """Poll until the batch has ended; returns it."""
         try:
             return until_terminal(lambda: self.http("GET", f"/batches/{batch_id}", api_key=api_key).json(),
-                                  f"batch {batch_id}", timeout=timeout)
+                                  f"batch {batch_id}", timeout=timeout, every=0.1)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{self.log()[-3000:]}") from None
