@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import time
 
 import httpx
 import openai
 import orjson
 import pytest
 
-from tests.support.batches import batch_usage, error_of, wait_letting_held_through
+from tests.support.batches import batch_usage, error_of, wait_for, wait_letting_held_through
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
@@ -61,17 +60,6 @@ def _lines(server, file_id: str | None) -> list[dict]:
     resp = server.http("GET", f"/files/{file_id}/content")
     assert resp.status_code == 200, resp.text
     return [orjson.loads(line) for line in resp.content.splitlines()]
-
-
-def _poll(what, check, timeout: float = 60.0):
-    """Poll ``what()`` until ``check`` holds of it; the deadline only guards against a hang."""
-    deadline = time.time() + timeout
-    while True:
-        value = what()
-        if check(value):
-            return value
-        assert time.time() < deadline, f"gave up waiting; last saw {value}"
-        time.sleep(0.05)
 
 
 def _ids(page: dict) -> list[str]:
@@ -388,7 +376,8 @@ def test_cancel_a_queued_batch(make_server, engine):
     running = _create(server, ["first #hold=first"], prefix="run")
     engine.wait_held("first")
     queued = _create(server, [f"q-{i}" for i in range(3)], prefix="q")
-    waiting = _poll(lambda: _get(server, queued["id"]), lambda b: b["status"] != "validating")
+    waiting = wait_for(lambda: (b := _get(server, queued["id"]))["status"] != "validating" and b,
+                       "the queued batch to leave validating")
     assert waiting["status"] == "in_progress" and waiting["in_progress_at"] is None
 
     resp = server.http("POST", f"/batches/{queued['id']}/cancel")
