@@ -8,6 +8,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from tests.conftest import Servers
 from tests.support.batches import chat
 
 SERVER_PER_MODULE = True
@@ -117,8 +118,6 @@ def test_orl_batches_create_dry_run_leaves_nothing(server, tmp_path):
 
 @pytest.fixture(scope="module")
 def builtin(tmp_path_factory, engine_url):
-    from tests.conftest import Servers
-
     servers = Servers(tmp_path_factory, engine_url)
     server = servers.make(catalog="builtin")
     server.api_key = server.new_org_key()
