@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from ..errors import NotFound
+from ..errors import no_such
 from ..types import SHOWN_QUEUED, SHOWN_RUNNING, Batch, BatchStatus, shown_status
 from .batch_rows import batch_from_row
 from .db import Database, holds_nul
@@ -96,7 +96,7 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
            after: str | None = None) -> tuple[list[Batch], bool]:
     """Newest first, after the batch ``after`` (404 when the organization has none such); has_more."""
     if holds_nul(after):
-        raise NotFound(f"No such Batch object: {after}", param="after")
+        raise no_such("Batch", after, param="after")
     if _impossible(query):
         return [], False
     source, conditions, order = _filtered(org_id, query)
@@ -106,7 +106,7 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
             anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
                 batches.c.id == after, batches.c.org_id == org_id)).first()
             if anchor is None:
-                raise NotFound(f"No such Batch object: {after}", param="after")
+                raise no_such("Batch", after, param="after")
             select = select.where(sa.tuple_(*order) < sa.tuple_(*anchor))
         select = select.order_by(*(column.desc() for column in order)).limit(limit + 1)
         found = [batch_from_row(row) for row in conn.execute(select)]

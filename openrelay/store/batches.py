@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, no_such
 from ..ids import now
 from ..types import CANCELLABLE_VALUES, Batch, BatchStatus
 from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
@@ -79,7 +79,7 @@ class Batches(BatchLeases):
         if not holds_nul(batch_id):
             values = yield FirstRow(_GET, {"batch_id": batch_id, "org_id": org_id})
         if values is None:
-            raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
+            raise no_such("Batch", batch_id, param="batch_id")
         return batch_from_values(values)
 
     def list_api(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
@@ -95,7 +95,7 @@ class Batches(BatchLeases):
                       model: str | None = None, tag: str | None = None) -> Plan[tuple[list[dict[str, Any]], bool]]:
         """``list_api`` as a plan."""
         if holds_nul(after):
-            raise NotFound(f"No such Batch object: {after}", param="after")
+            raise no_such("Batch", after, param="after")
         if holds_nul(model, tag):
             return [], False  # no batch's model or tag holds NUL (and PostgreSQL cannot be asked about one)
         params: dict[str, Any] = {"org_id": org_id, "rows": limit + 1}
@@ -109,7 +109,7 @@ class Batches(BatchLeases):
         if after:
             anchor = yield FirstRow(_ANCHOR, {"batch_id": after, "org_id": org_id})
             if anchor is None:
-                raise NotFound(f"No such Batch object: {after}", param="after")
+                raise no_such("Batch", after, param="after")
             params["after_ns"], params["after_id"] = anchor
         found = [api_from_values(v) for v in (yield AllRows(query, params))]
         return found[:limit], len(found) > limit
@@ -136,6 +136,6 @@ class Batches(BatchLeases):
                 .values(metadata=orjson.dumps(metadata).decode() if metadata else None)
                 .returning(batches.c.created_ns)).scalar()
             if created_ns is None:
-                raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
+                raise no_such("Batch", batch_id, param="batch_id")
             replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=created_ns, metadata=metadata)
         return self.get(org_id, batch_id)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from ..errors import NotFound, StoreError, StoreUnavailable
+from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
 from .read_cache import create_change_trigger
 from .tags import backfill_batch_tags
@@ -157,7 +157,7 @@ def newest_first_after(conn: Connection, table: sa.Table, query: sa.Select, *, o
         anchor = None if holds_nul(after) else conn.execute(
             sa.select(table.c.created_ns, table.c.id).where(table.c.id == after, table.c.org_id == org_id)).first()
         if anchor is None:
-            raise NotFound(f"No such {kind} object: {after}", param="after")
+            raise no_such(kind, after, param="after")
         query = query.where(sa.tuple_(table.c.created_ns, table.c.id) < sa.tuple_(*anchor))
     return query.order_by(table.c.created_ns.desc(), table.c.id.desc())
 

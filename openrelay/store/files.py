@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from ..blobs.keys import rejections_key
-from ..errors import NotFound
+from ..errors import no_such
 from ..ids import now, now_ns
 from ..types import TERMINAL_VALUES, Batch, FileRecord
 from .db import Database, holds_nul, newest_first_after
@@ -44,7 +44,7 @@ class Files:
             with self.db.read() as conn:
                 row = conn.execute(sa.select(files).where(files.c.id == file_id, files.c.org_id == org_id)).first()
         if row is None:
-            raise NotFound(f"No such File object: {file_id}", param="file_id")
+            raise no_such("File", file_id, param="file_id")
         return _file(row)
 
     def list(self, org_id: str, *, limit: int, after: str | None, purpose: str | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from ..errors import NotFound
+from ..errors import no_such
 from ..ids import now
 from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
@@ -26,7 +26,7 @@ class BatchLeases:
         with self.db.read() as conn:
             row = conn.execute(sa.select(batches).where(batches.c.id == batch_id)).first()
         if row is None:
-            raise NotFound(f"No such Batch object: {batch_id}")
+            raise no_such("Batch", batch_id)
         return batch_from_row(row)
 
     def promote_validated(self) -> int:
