@@ -7,9 +7,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from openrelay.types import TERMINAL  # a batch in one of these has ended (StrEnums: the API's strings match)
 
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})  # a batch in one of these has ended
+__all__ = ["TERMINAL", "wait_for", "status_of", "until_terminal"]
+
+T = TypeVar("T")
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, every: float = 0.05) -> T:
