@@ -8,6 +8,7 @@ import signal
 from collections import Counter
 
 from tests.support.batches import chat, create, get, results
+from tests.support.polling import wait_for
 from tests.support.server import Server
 from tests.support.workers import WorkerProcess
 
@@ -127,6 +128,7 @@ def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(m
     batch_id = create(server, [chat(f"t{i}", f"record {i} #hold=t") for i in range(12)])["id"]
     engine.wait_held("t", 4)
     first.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "stopping" in first.log(), "the worker to start its drain")
     engine.release("t")  # the four calls in flight answer; the draining worker takes no new record
     assert first.proc.wait(60) == 0
     assert "8 records left for the next worker" in first.log()

@@ -138,8 +138,11 @@ class Worker:
         return self._stop
 
     def request_stop(self) -> None:
-        """Stop claiming (``run_forever`` returns); ``stop`` then drains."""
+        """Stop claiming (``run_forever`` returns) and take no new record from now on; ``stop`` then drains."""
+        if not self._stop.is_set():
+            log.info("worker %s stopping: its runs take no new record and finish their calls", self.worker_id)
         self._stop.set()
+        self.draining = True
 
     async def stop(self) -> None:
         """Drain: claim nothing more, let the calls in flight finish and become durable (for at most
