@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from tests.conftest import BACKEND
+from tests.support.polling import wait_for
 
 
 def _ok(done) -> Any:
@@ -164,6 +165,9 @@ def test_key_revoke_stops_the_key(server):
     revoked = _ok(server.admin("key", "revoke", key_id))
     assert revoked["id"] == key_id and revoked["revoked_at"] is not None
     assert doomed not in json.dumps(revoked)
+    # The server may go on taking the key for up to its key cache's TTL (a second by default), no longer.
+    wait_for(lambda: server.http("GET", "/models", api_key=doomed).status_code == 401, "the revoked key refused",
+             timeout=5)
     done = server.orl("batches", "list", api_key=doomed)
     assert done.returncode == 3 and _error_code(done) == "invalid_api_key"
     assert server.http("GET", "/models", api_key=doomed).status_code == 401
@@ -227,7 +231,7 @@ def test_admin_on_data_dir(server):
     """Without --database-url, admin finds the SQLite store in --data-dir (the operator's usual call)."""
     import subprocess
 
-    from tests.support.server import ORL
+    from tests.support.forked import ORL
 
     if BACKEND == "sqlite":
         target = ["--data-dir", str(server.data_dir)]

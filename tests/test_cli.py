@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 
 from tests.support.batches import wait_letting_held_through
-from tests.support.server import ORL, free_port
+from tests.support.forked import ORL
+from tests.support.server import free_port
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 

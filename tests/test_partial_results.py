@@ -19,8 +19,8 @@ from openrelay.blobs.local import LocalBlobStore
 from openrelay.blobs.s3 import S3BlobStore, S3Location
 from openrelay.service.partial_results import PartialFile, parse_result_file_id, read_partial
 from tests.support.batches import TERMINAL, chat, create, get, wait_for
+from tests.support.forked import ORL
 from tests.support.seaweed import s3_bucket, seaweed  # noqa: F401  (session fixtures)
-from tests.support.server import ORL
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 

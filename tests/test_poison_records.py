@@ -4,6 +4,7 @@ llama.cpp model."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.batches import chat, create, create_from_file, get, results, wait_for
-from tests.support.server import ORL, TEST_CATALOG, free_port
+from tests.support.forked import run_orl
+from tests.support.server import TEST_CATALOG, free_port
 
 FAST_RUN_RETRIES = {"OPENRELAY_RUN_ATTEMPTS": "3", "OPENRELAY_RUN_RETRY_BASE_SECONDS": "3",
                     "OPENRELAY_RUN_RETRY_MAX_SECONDS": "3"}
@@ -76,8 +78,8 @@ def _bad_catalog(tmp_path: Path, engine_line: str) -> subprocess.CompletedProces
     text = text.replace('engine = { kind = "openai", base_url = "http://127.0.0.1:9/v1" }', engine_line)
     path = tmp_path / "catalog.toml"
     path.write_text(text)
-    return subprocess.run([ORL, "serve", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
-                           "--catalog", str(path)], capture_output=True, text=True, timeout=60)
+    return run_orl(["serve", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"), "--catalog", str(path)],
+                   env=dict(os.environ), timeout=60)
 
 
 @pytest.mark.parametrize(("engine_line", "message"), [
@@ -114,8 +116,8 @@ def test_a_bad_catalog_stops_the_process_at_start_with_a_clear_message(tmp_path,
 def test_bad_scheduling_knobs_are_a_start_up_error(tmp_path, concurrency, message):
     path = tmp_path / "catalog.toml"
     path.write_text(TEST_CATALOG.format(engine="http://127.0.0.1:9/v1", slots=1, concurrency=concurrency))
-    done = subprocess.run([ORL, "worker", "--data-dir", str(tmp_path / "data"), "--catalog", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = run_orl(["worker", "--data-dir", str(tmp_path / "data"), "--catalog", str(path)], env=dict(os.environ),
+                   timeout=60)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
@@ -123,8 +125,8 @@ def test_a_catalog_field_of_the_wrong_type_is_a_start_up_error(tmp_path):
     text = TEST_CATALOG.format(engine="http://127.0.0.1:9/v1", slots='"two"', concurrency=1)
     path = tmp_path / "catalog.toml"
     path.write_text(text)
-    done = subprocess.run([ORL, "worker", "--data-dir", str(tmp_path / "data"), "--catalog", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = run_orl(["worker", "--data-dir", str(tmp_path / "data"), "--catalog", str(path)], env=dict(os.environ),
+                   timeout=60)
     assert done.returncode == 2 and "wrong type" in done.stderr and "Traceback" not in done.stderr
 
 

@@ -15,7 +15,7 @@ import httpx
 from openrelay.store.queue import LiveBatch, queue_order
 from openrelay.store.throughput import WINDOW_SECONDS, add_flush, window_totals
 from tests.support.batches import chat, create, get, wait_for
-from tests.support.server import ORL
+from tests.support.forked import ORL
 
 SERVER_PER_MODULE = True  # test catalog: test/echo with 2 slots, concurrency 8
 

@@ -13,8 +13,9 @@ import orjson
 import pytest
 
 from tests.support.batches import chat, jsonl, upload
+from tests.support.forked import ORL
 from tests.support.seaweed import S3Bucket, s3_bucket, seaweed  # noqa: F401  (session fixtures)
-from tests.support.server import ORL, Server
+from tests.support.server import Server
 
 pytestmark = pytest.mark.slow  # SeaweedFS
 

@@ -8,7 +8,6 @@ import secrets
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -18,10 +17,10 @@ from typing import Any
 import httpx
 import openai
 
+from tests.support.forked import ForkedOrl, run_orl, start_orl
 from tests.support.polling import until_terminal
 
 REPO = Path(__file__).resolve().parents[2]
-ORL = str(Path(sys.executable).parent / "orl")
 PG_ADMIN_URL = os.environ.get("OPENRELAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 TEST_CATALOG = """
@@ -146,7 +145,7 @@ class Server:
     port: int
     env: dict[str, str]
     args: list[str]
-    proc: subprocess.Popen[bytes] | None = None
+    proc: ForkedOrl | subprocess.Popen[bytes] | None = None
     api_key: str = ""
     org: str = "default"  # the organization api_key belongs to (`orl serve` makes "default" on first start)
     log_path: Path = field(init=False)
@@ -161,10 +160,9 @@ class Server:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self, timeout: float = 60.0) -> Server:
-        cmd = [ORL, "serve", "--port", str(self.port), "--data-dir", str(self.data_dir),
+        cmd = ["serve", "--port", str(self.port), "--data-dir", str(self.data_dir),
                "--database-url", self.database_url, *self.args]
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it for its life
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        self.proc = start_orl(cmd, stdout=self.log_path, env={**os.environ, **self.env})
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -215,12 +213,10 @@ class Server:
     def orl(self, *args: str, api_key: str | None = None, cwd: Path | None = None,
             input: bytes | None = None) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "OPENRELAY_BASE_URL": self.base_url, "OPENRELAY_API_KEY": api_key or self.api_key}
-        return subprocess.run([ORL, *args], env=env, capture_output=True, text=True, timeout=300, cwd=cwd,
-                              input=input.decode() if input else None)
+        return run_orl(list(args), env=env, timeout=300, cwd=cwd, input=input.decode() if input else None)
 
     def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([ORL, "admin", "--database-url", self.database_url, *args], capture_output=True,
-                              text=True, timeout=120)
+        return run_orl(["admin", "--database-url", self.database_url, *args], env=dict(os.environ), timeout=120)
 
     def new_org_key(self, name: str | None = None, *extra: str) -> str:
         """A fresh organization and a key of it (every scope unless ``extra`` says otherwise).

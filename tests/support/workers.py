@@ -6,8 +6,9 @@ import os
 import subprocess
 from pathlib import Path
 
+from tests.support.forked import start_orl
 from tests.support.polling import wait_for
-from tests.support.server import ORL, Server
+from tests.support.server import Server
 
 
 class WorkerProcess:
@@ -16,10 +17,8 @@ class WorkerProcess:
     def __init__(self, *, data_dir: Path, database_url: str, catalog: Path, log_path: Path, env: dict[str, str],
                  args: tuple[str, ...] = (), cwd: Path | None = None, serving: str = "test/echo") -> None:
         self.log_path = log_path
-        with open(log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                [ORL, "worker", "--data-dir", str(data_dir), "--database-url", database_url, "--catalog", str(catalog),
-                 *args], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=cwd)
+        self.proc = start_orl(["worker", "--data-dir", str(data_dir), "--database-url", database_url, "--catalog",
+                               str(catalog), *args], stdout=log_path, env={**os.environ, **env}, cwd=cwd)
         wait_for(lambda: f"serving {serving}" in self.log() or self.proc.poll() is not None,
                  f"{log_path.stem} to start", timeout=60, every=0.05)
         assert self.proc.poll() is None, f"the worker exited {self.proc.returncode}:\n{self.log()}"
