@@ -1,28 +1,48 @@
 """The adaptive concurrency limiter of ``concurrency = "auto"``: how many calls one worker process sends to one
 engine replica at once, found from the engine's answers (AIMD on latency; docs/engines.md, "Adaptive concurrency").
 
-A window is ``max(limit, MIN_WINDOW)`` calls sent one after another under one limit; it is judged once all of them
-are back (so a window of short and long calls is not judged on its short ones). Measured against the baseline (the
-lowest recent window), a window beyond ``tolerance`` and beyond its own noise shrinks the limit in proportion; one
-within it grows the limit, if every slot was taken at some point. A 429 or 503 shrinks it at once, once per round.
+A window is ``max(limit, MIN_WINDOW)`` calls sent one after another under one limit, judged on a typical call's
+latency (the ``QUANTILE`` of its answers): a few heavy calls (prefix groups' leaders computing their documents, long
+answers) do not move it, while load slows most calls. Against the baseline (the lowest recent window), a window
+whose answers are significantly often slower than ``tolerance`` allows shrinks the limit in proportion; one whose
+typical latency is within it grows the limit, if every slot was taken at some point. Either is decided as soon as
+the answers back settle it, so a window does not wait for its slowest call. A 429 or 503 shrinks the limit at once,
+once per round. The limiter starts at ``min_limit``, so that its first window measures the engine's unloaded
+latency, and measures it again there whenever the latency at the bottom exceeds what the baseline tolerates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 
-__all__ = ["ConcurrencyLimiter", "Outcome", "Slot", "Token", "initial_limit", "outcome_for_status"]
+__all__ = ["ConcurrencyLimiter", "Outcome", "Slot", "Token", "Window", "outcome_for_status", "significant"]
 
-TOLERANCE = 0.2  # a window up to 20% slower than the baseline still counts as the engine keeping up
-CONFIDENCE = 2.0  # standard errors: a window is judged slower only when it is slower beyond its own noise
-MIN_WINDOW = 8  # answers a window needs at the least, so that a low limit is not judged on one or two calls
-BASELINE_WINDOWS = 128  # the baseline forgets a window after this many more: a workload that got slower is relearnt
+TOLERANCE = 0.2  # a window's typical call up to 20% slower than the baseline still counts as the engine keeping up
+# The window's typical call: slower than 60% of its answers. Above the median, so that a slowdown of the calls sent
+# while most slots are taken shows (in a burst, the first calls sent still found the engine unloaded); below the
+# upper quartile, which calls of varying length (unreported) reach on their noise alone.
+QUANTILE = 0.6
+# A window is judged slower only when so many of its answers are slower that a window whose typical call is within
+# the tolerance would have as many with at most this probability (a binomial test), and the upper bound of its
+# typical latency at the same level is what it offers the baseline.
+SIGNIFICANCE = 0.05
+# Answers a window needs at the least: enough that a low limit is not judged on a few calls, and that its latency's
+# bound is a light call's with a heavy call or two among them.
+MIN_WINDOW = 12
+# Until the engine first pushes back, windows are smaller, so that an engine with room for many calls is soon sent
+# them: the first, sent one call after another at the bottom, and each doubling after it. A window's bound is never
+# its slowest answer, so that one heavy call among them does not set the baseline.
+SLOW_START_WINDOW = 6
+MIN_ANSWERS = 4  # answers a window needs to offer the baseline its latency
+PROBE_STEP = 1 / 16  # below the limit it last backed off from, a low limit grows by at least this share of itself
+BASELINE_WINDOWS = 256  # the baseline forgets a window after this many more: a workload that got slower is relearnt
 LATENCY_BACKOFF = (0.5, 0.9)  # a slow window multiplies the limit by tolerated/observed, held within these bounds
 OVERLOAD_BACKOFF = 0.8  # what a 429/503 multiplies the limit by
 
@@ -43,9 +63,18 @@ def outcome_for_status(status_code: int) -> Outcome:
     return Outcome.ERROR
 
 
-def initial_limit(min_limit: int, max_limit: int) -> int:
-    """Where a new limiter starts: 4, or the nearest bound."""
-    return min(max(min_limit, 4), max_limit)
+@functools.cache
+def significant(n: int, share: float) -> int:
+    """The fewest of ``n`` answers that, if each had probability ``share`` of being counted, would be counted with
+    a probability of at most ``SIGNIFICANCE`` (a one-sided binomial test); ``n`` itself when even all ``n`` would
+    not be that unlikely."""
+    tail = 0.0
+    for k in range(n, -1, -1):  # in logarithms: the binomial coefficients of a few hundred calls overflow a float
+        tail += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                         + k * math.log(share) + (n - k) * math.log(1 - share))
+        if tail > SIGNIFICANCE:
+            return min(n, k + 1)
+    return n
 
 
 class Token:
@@ -53,10 +82,69 @@ class Token:
 
     __slots__ = ("sent", "window", "released")
 
-    def __init__(self, sent: float, window: int | None) -> None:
+    def __init__(self, sent: float, window: Window | None) -> None:
         self.sent = sent
         self.window = window
         self.released = False
+
+
+class Window:
+    """Up to ``size`` calls sent one after another under one limit, and their answers' latencies.
+
+    ``threshold`` is the latency tolerated by the baseline of the windows before it (infinite when there is none):
+    answers are counted against it as they come, so that the window is decided as soon as they settle it."""
+
+    __slots__ = ("size", "unsent", "outstanding", "latencies", "threshold", "slower", "within", "peak",
+                 "offers_later")
+
+    def __init__(self, size: int, threshold: float, in_flight: int) -> None:
+        self.size = size
+        self.unsent = size
+        self.outstanding = 0
+        self.latencies: list[float] = []
+        self.threshold = threshold
+        self.slower = 0  # answers slower than the threshold
+        self.within = 0  # answers within it (none counted while it is infinite)
+        self.peak = in_flight
+        self.offers_later = False  # decided before all of it was back: offers the baseline its latency once it is
+
+    @property
+    def complete(self) -> bool:
+        return self.outstanding == 0 and self.unsent == 0
+
+    def answered(self, latency: float) -> None:
+        self.latencies.append(latency)
+        if latency > self.threshold:
+            self.slower += 1
+        elif self.threshold < math.inf:
+            self.within += 1
+
+    def settled_slow(self) -> bool:
+        """More than ``1 - QUANTILE`` of the window's answers are slower, so its quantile is whatever the calls
+        still out do, and significantly many of the answers back so far are. Not a few that came back first: the
+        leaders of prefix groups are a batch's first calls out, and its only ones until they are back."""
+        return (self.slower > self.size * (1 - QUANTILE)
+                and self.slower >= significant(self.slower + self.within, 1 - QUANTILE))
+
+    def settled_within(self) -> bool:
+        return self.within >= math.ceil(self.size * QUANTILE)
+
+    def quantile(self) -> float:
+        latencies = sorted(self.latencies)
+        return latencies[math.ceil(len(latencies) * QUANTILE) - 1]
+
+    def quantile_bound(self) -> float:
+        """An upper bound of its ``QUANTILE`` latency at ``SIGNIFICANCE``, but never its slowest answer: a window
+        of a few heavy calls and many light ones, or of one heavy call and a few light ones, offers a light
+        latency."""
+        latencies = sorted(self.latencies)
+        return latencies[min(significant(len(latencies), QUANTILE), len(latencies) - 1) - 1]
+
+    def lower_bound(self) -> float:
+        """A latency that significantly many of its answers exceed: beyond the tolerated one, the window's
+        ``QUANTILE`` is."""
+        latencies = sorted(self.latencies)
+        return latencies[len(latencies) - significant(len(latencies), 1 - QUANTILE)]
 
 
 class ConcurrencyLimiter:
@@ -69,7 +157,7 @@ class ConcurrencyLimiter:
                  on_change: Callable[[int], None] | None = None) -> None:
         if not 1 <= min_limit <= max_limit:
             raise ValueError("need 1 <= min_limit <= max_limit")
-        start = initial_limit(min_limit, max_limit) if initial is None else initial
+        start = min_limit if initial is None else initial  # at the bottom: the unloaded latency is measured first
         self.min_limit = min_limit
         self.max_limit = max_limit
         self.tolerance = tolerance
@@ -81,12 +169,13 @@ class ConcurrencyLimiter:
         self._slow_start = True  # double per good window until the engine first pushes back, as TCP does
         self._streak = 0  # good windows in a row since the last back-off: the next growth step
         self._ceiling = math.inf  # the limit the engine last pushed back at: approached by halving the way there
-        # The latest windows' latency (noise added) that are lower than every later one, as (window, latency):
-        # its head is the lowest of the last BASELINE_WINDOWS, kept in O(1) a window.
+        # The latest windows' latency bounds that are lower than every later one, as (window number, latency): its
+        # head is the lowest of the last BASELINE_WINDOWS, kept in O(1) a window.
         self._lows: deque[tuple[int, float]] = deque()
         self._backed_off = -math.inf  # when the limit last shrank: overloads of calls sent before are old news
-        self._window = 0
-        self._start_window()
+        self._windows = 0  # windows started so far
+        self._filling: Window | None = None  # a window decided before all its calls were out: they go first
+        self._window = self._start_window()
 
     @property
     def limit(self) -> int:
@@ -123,19 +212,19 @@ class ConcurrencyLimiter:
             raise RuntimeError("limiter token released twice")
         token.released = True
         self._in_flight -= 1
+        window = token.window
+        if window is not None:
+            window.outstanding -= 1
+            if outcome is Outcome.SUCCESS:
+                window.answered((self._clock() - token.sent) / max(work, 1e-9))
         if outcome is Outcome.OVERLOAD and token.sent >= self._backed_off:
             ceiling = self._estimate
             self._set_estimate(ceiling * OVERLOAD_BACKOFF)
             self._back_off(ceiling)
-        elif token.window == self._window:
-            self._outstanding -= 1
-            if outcome is Outcome.SUCCESS:
-                latency = (self._clock() - token.sent) / max(work, 1e-9)
-                self._count += 1
-                self._latency_sum += latency
-                self._latency_squares += latency * latency
-            if self._outstanding == 0 and self._unsent == 0:
-                self._close_window()
+        elif window is self._window:
+            self._judge_window()
+        elif window is not None and window.offers_later and window.complete:
+            self._offer_baseline(window)
         self._wake_waiters()
 
     @contextlib.asynccontextmanager
@@ -158,12 +247,15 @@ class ConcurrencyLimiter:
 
     def _grant(self) -> Token:
         self._in_flight += 1
-        if self._unsent == 0:
+        window = self._filling or self._window
+        if window.unsent == 0:
             return Token(self._clock(), None)  # the window has its calls; this one is not measured
-        self._unsent -= 1
-        self._outstanding += 1
-        self._peak = max(self._peak, self._in_flight)
-        return Token(self._clock(), self._window)
+        window.unsent -= 1
+        window.outstanding += 1
+        window.peak = max(window.peak, self._in_flight)
+        if window is self._filling and window.unsent == 0:
+            self._filling = None
+        return Token(self._clock(), window)
 
     def _wake_waiters(self) -> None:
         while self._waiters and self._in_flight < self.limit:
@@ -171,48 +263,99 @@ class ConcurrencyLimiter:
             if not waiter.done():  # a cancelled waiter is skipped here rather than searched for when it leaves
                 waiter.set_result(self._grant())
 
-    def _start_window(self) -> None:
-        self._window += 1  # calls of earlier windows, out still, no longer count
-        self._unsent = max(MIN_WINDOW, self.limit)
-        self._outstanding = 0
-        self._count = 0
-        self._latency_sum = 0.0
-        self._latency_squares = 0.0
-        self._peak = self._in_flight
+    def _start_window(self) -> Window:
+        """A new window (calls of an undecided earlier one, out still, no longer count)."""
+        self._windows += 1
+        least = SLOW_START_WINDOW if self._slow_start else MIN_WINDOW
+        self._window = Window(max(least, self.limit), (1 + self.tolerance) * self._recent_low(), self._in_flight)
+        return self._window
 
-    def _close_window(self) -> None:
-        if self._count < 2:  # all failed: nothing to judge
+    def _judge_window(self) -> None:
+        """Decides the current window once the answers back settle it (the calls still out could only add
+        answers on both sides), or once all of it is back, then starts the next."""
+        window = self._window
+        used = window.peak >= self.limit  # an idle slot says nothing about the engine
+        if window.settled_slow():
+            self._decided(window)
+            self._slow_window(window, window.threshold)
+        elif window.settled_within() and used:
+            self._decided(window)
+            self._grow()
+        elif window.complete:
+            if len(window.latencies) < 2:  # all failed: nothing to judge
+                self._start_window()
+                return
+            tolerated = (1 + self.tolerance) * self._offer_baseline(window)  # the baseline this window may lower
+            typical = window.quantile()
+            if window.lower_bound() > tolerated or (typical > tolerated and self.limit <= self.min_limit):
+                self._slow_window(window, tolerated)
+            elif typical <= tolerated and used:
+                self._grow()
+            else:
+                self._start_window()
+
+    def _decided(self, window: Window) -> None:
+        """The window's verdict is taken before all of it is back. It still gets all its calls (before the next
+        window's), and offers its latency to the baseline once they are back: cut short, how many calls it got
+        would depend on how fast its first answers came, and the baseline, a low value, would be drawn to windows
+        whose few calls happened to be short."""
+        if window.complete:
+            self._offer_baseline(window)
+            return
+        window.offers_later = True
+        if window.unsent:
+            self._filling = window
+
+    def _slow_window(self, window: Window, tolerated: float) -> None:
+        """Load slows the engine: the limit shrinks (from what was really in flight) by tolerated / observed. At
+        the lowest limit there is no load of ours to shed, and a window beyond the tolerated latency (slower, or
+        its median beyond it) says the engine or the work got slower or the baseline was measured low: the next
+        window measures it again (as BBR drains its queue to measure the round trip); not this one, which was
+        picked for being slow."""
+        if self.limit <= self.min_limit:
+            self._lows.clear()
+            window.offers_later = False
+            self._ceiling = math.inf  # found against the old baseline
             self._start_window()
             return
-        average = self._latency_sum / self._count
-        variance = max(0.0, self._latency_squares / self._count - average * average)
-        noise = CONFIDENCE * math.sqrt(variance / (self._count - 1))
-        tolerated = self._baseline(average + noise) * (1 + self.tolerance)
-        if average - noise > tolerated:
-            low, high = LATENCY_BACKOFF
-            ceiling = min(self._estimate, self._peak)
-            self._set_estimate(ceiling * min(high, max(low, tolerated / (average - noise))))
-            self._back_off(ceiling)
-            return
-        if average <= tolerated and self._peak >= self.limit:  # an idle slot says nothing about the engine
+        low, high = LATENCY_BACKOFF
+        ceiling = min(self._estimate, window.peak)
+        self._set_estimate(ceiling * min(high, max(low, tolerated / window.quantile())))
+        self._back_off(ceiling)
+
+    def _grow(self) -> None:
+        if self._slow_start:
+            self._set_estimate(self._estimate * 2)
+        else:
+            if self._estimate >= self._ceiling:  # past where the engine last pushed back, and it keeps up
+                self._ceiling = math.inf
+                self._streak = 0
             self._streak += 1
-            self._set_estimate(self._estimate * 2 if self._slow_start else self._estimate + self._growth_step())
+            self._set_estimate(self._estimate + self._growth_step())
         self._start_window()
 
-    def _baseline(self, latency: float) -> float:
-        """The lowest latency of the last ``BASELINE_WINDOWS`` windows, this one's included."""
-        while self._lows and self._lows[-1][1] >= latency:
-            self._lows.pop()
-        self._lows.append((self._window, latency))
-        if self._lows[0][0] <= self._window - BASELINE_WINDOWS:
+    def _offer_baseline(self, window: Window) -> float:
+        """Offers a window that is all back to the baseline; returns the baseline."""
+        if len(window.latencies) >= MIN_ANSWERS:
+            latency = window.quantile_bound()
+            while self._lows and self._lows[-1][1] >= latency:
+                self._lows.pop()
+            self._lows.append((self._windows, latency))
+        return self._recent_low()
+
+    def _recent_low(self) -> float:
+        """The baseline: the lowest bound of the last ``BASELINE_WINDOWS`` windows (infinite before the first)."""
+        while self._lows and self._lows[0][0] <= self._windows - BASELINE_WINDOWS:
             self._lows.popleft()
-        return self._lows[0][1]
+        return self._lows[0][1] if self._lows else math.inf
 
     def _growth_step(self) -> float:
         """One more call per good window in a row (growth speeds up while the engine keeps up), but below the
-        ceiling at most half the way to it, so that the limit dwells near where the engine pushed back."""
-        gap = self._ceiling - self._estimate
-        return min(self._streak, max(1.0, gap / 2)) if gap > 0 else self._streak
+        ceiling at most half the way to it, and at the least one call or, below 16, ``PROBE_STEP`` of the limit:
+        the limit dwells near where the engine pushed back, and at a low limit, where one call more is a large step,
+        for several windows. Past the ceiling, the count starts again from one."""
+        least = min(1.0, self._estimate * PROBE_STEP)
+        return min(self._streak, max(least, (self._ceiling - self._estimate) / 2))
 
     def _back_off(self, ceiling: float) -> None:
         self._ceiling = ceiling
