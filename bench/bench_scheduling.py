@@ -23,7 +23,9 @@ Per run: wall seconds (the client's: from creating the batch until it is seen co
 ms for llama-server, or from the plain client's first request to its last answer), prompt tokens/s, output
 tokens/s, the share of prompt tokens the engine served from its cache (the answers'
 ``usage.prompt_tokens_details.cached_tokens``), the test engine's 429s; then each workload's median ratio of wall
-times against the plain client's. Nothing is asserted on time.
+times against the plain client's; with ``--auto`` and ``--sweep``, each round of ``"auto"`` against the best fixed
+concurrency of the sweep (its median wall time / the round's) and the requests answered 429. Nothing is asserted on
+time.
 """
 
 from __future__ import annotations
@@ -276,9 +278,9 @@ def start_server(work: Path, catalog: str) -> Server:
 
 
 def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, rounds: int,
-                 poll_seconds: float) -> list[float]:
-    """Pairs of runs (batch, plain client) in alternating order; prints each run, returns the paired ratios of
-    wall time (plain client / batch: above 1, the batch was faster)."""
+                 poll_seconds: float) -> list[Run]:
+    """Pairs of runs (batch, plain client) in alternating order; prints each run and the paired ratios of wall time
+    (plain client / batch: above 1, the batch was faster); returns the batch runs, one a round."""
     print(f"  {workload.label}:", flush=True)
     try:
         server = start_server(work, workload.catalog(engines))
@@ -287,6 +289,7 @@ def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, r
         print(f"    skipped: orl serve would not start on this catalog: {reason[-1] if reason else exc}")
         return []
     ratios = []
+    batches = []
     try:
         with open(path, "rb") as handle:
             uploaded = server.http("POST", "/files", files={"file": (path.name, handle)}, data={"purpose": "batch"})
@@ -304,11 +307,28 @@ def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, r
             print(runs["batch"].line("orl serve batch"))
             print(runs["direct"].line(f"plain client, input order, c={workload.concurrency}"), flush=True)
             ratios.append(runs["direct"].seconds / runs["batch"].seconds)
+            batches.append(runs["batch"])
     finally:
         server.stop()
     print(f"    plain client's wall time / the batch's: median {statistics.median(ratios):.2f} "
           f"({', '.join(f'{r:.2f}' for r in ratios)})")
-    return ratios
+    return batches
+
+
+def compare_auto(results: dict[Workload, list[Run]]) -> None:
+    """With ``--auto`` and ``--sweep``: each round of ``"auto"`` against the swept concurrency whose batches had the
+    lowest median wall time (the best fixed), and the share of its requests answered 429."""
+    auto = next((runs for workload, runs in results.items() if workload.auto_max is not None and runs), None)
+    swept = {workload.concurrency: runs for workload, runs in results.items()
+             if workload.label.startswith("sweep") and runs}
+    if auto is None or not swept:
+        return
+    best = min(swept, key=lambda n: statistics.median(run.seconds for run in swept[n]))
+    best_seconds = statistics.median(run.seconds for run in swept[best])
+    shares = ", ".join(f"{run.too_many_requests} of {run.records + run.too_many_requests}" for run in auto)
+    print(f'  concurrency "auto" against the best fixed of the sweep ({best}, median {best_seconds:.2f} s): '
+          f"{', '.join(f'{best_seconds / run.seconds:.2f}' for run in auto)} a round (its wall / auto's); "
+          f"requests answered 429: {shares}")
 
 
 def workloads(args: argparse.Namespace, concurrency: int) -> list[Workload]:
@@ -412,11 +432,14 @@ def bench_llama_server(args: argparse.Namespace, work: Path) -> None:
 def run_all(args: argparse.Namespace, work: Path, path: Path, concurrency: int, poll_seconds: float,
             make_engines: Callable[[int], Engines]) -> None:
     engines: dict[int, Engines] = {}
+    results: dict[Workload, list[Run]] = {}
     try:
         for workload in workloads(args, concurrency):
             if workload.replicas not in engines:
                 engines[workload.replicas] = make_engines(workload.replicas)
-            run_workload(workload, engines[workload.replicas], work, path, args.rounds, poll_seconds)
+            results[workload] = run_workload(workload, engines[workload.replicas], work, path, args.rounds,
+                                             poll_seconds)
+        compare_auto(results)
     finally:
         for started in engines.values():
             started.close()
