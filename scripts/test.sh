@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 stores=(sqlite postgres)
 select=()
 tier="every test"
-workers="${OPENRELAY_TEST_WORKERS:-1}"
+workers="${OPENRELAY_TEST_WORKERS:-2}"
 if [[ "${1:-}" == "--fast" ]]; then
   shift
   stores=(sqlite)
