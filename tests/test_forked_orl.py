@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.forked import ORL, run_orl, start_orl
+from tests.support.polling import wait_for
 from tests.support.server import catalog_text, free_port
 
 UNREACHABLE = "http://127.0.0.1:9/v1"
@@ -59,13 +59,8 @@ def test_a_forked_server_dies_of_kill_9_and_stops_on_sigint_as_an_exec_one_does(
         catalog = tmp_path / "catalog.toml"
         catalog.write_text(catalog_text(UNREACHABLE))
         proc = start_orl(["serve", "--port", str(port), "--data-dir", str(data), "--catalog", str(catalog)],
-                         env=dict(os.environ),
-                         stdout=tmp_path / f"serve-{sig}.log", fork=True)
-        deadline = time.monotonic() + 60
-        while not _healthy(port):
-            assert proc.poll() is None, (tmp_path / f"serve-{sig}.log").read_text()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        assert proc.poll() is None
+                         env=dict(os.environ), stdout=tmp_path / f"serve-{sig}.log", fork=True)
+        wait_for(lambda port=port, proc=proc: _healthy(port) or proc.poll() is not None, "orl serve to answer")
+        assert proc.poll() is None, (tmp_path / f"serve-{sig}.log").read_text()
         proc.send_signal(sig)
         assert proc.wait(30) == expected

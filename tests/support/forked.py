@@ -113,14 +113,10 @@ def start_orl(args: list[str], *, env: dict[str, str], stdout: Path, stderr: Pat
     the same file), its input read from ``stdin`` (or /dev/null), running until it exits or is stopped."""
     where = str(cwd) if cwd is not None else os.getcwd()
     if not fork:
-        with open(stdout, "ab") as out, open(stdin or os.devnull, "rb") as into:
-            err = open(stderr, "ab") if stderr is not None else None  # noqa: SIM115 - closed below
-            try:
-                return subprocess.Popen([ORL, *args], stdin=into, stdout=out,
-                                        stderr=err if err is not None else subprocess.STDOUT, env=env, cwd=where)
-            finally:
-                if err is not None:
-                    err.close()
+        with open(stdout, "ab") as out, open(stdin or os.devnull, "rb") as into, \
+                open(stderr or os.devnull, "ab") as err:  # the child keeps its own descriptors
+            return subprocess.Popen([ORL, *args], stdin=into, stdout=out,
+                                    stderr=subprocess.STDOUT if stderr is None else err, env=env, cwd=where)
     process = _context.Process(target=_orl_main, daemon=True,
                                args=(list(args), dict(env), where, str(stdin or os.devnull), str(stdout),
                                      None if stderr is None else str(stderr)))
