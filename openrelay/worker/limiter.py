@@ -3,12 +3,13 @@ engine replica at once, found from the engine's answers (AIMD on latency; docs/e
 
 A window is ``max(limit, MIN_WINDOW)`` calls sent one after another under one limit, judged on a typical call's
 latency (``latency_window.QUANTILE`` of its answers): a few heavy calls (prefix groups' leaders computing their
-documents, long answers) do not move it, while load slows most calls. Against the baseline (the lowest recent window), a window
-whose answers are significantly often slower than ``tolerance`` allows shrinks the limit in proportion; one whose
-typical latency is within it grows the limit, if every slot was taken at some point. Either is decided as soon as
-the answers back settle it, so a window does not wait for its slowest call. A 429 or 503 shrinks the limit at once,
-once per round. The limiter starts at ``min_limit``, so that its first window measures the engine's unloaded
-latency, and measures it again there whenever the latency at the bottom exceeds what the baseline tolerates.
+documents, long answers) do not move it, while load slows most calls. Against the baseline (the lowest recent
+window), a window whose answers are significantly often slower than ``tolerance`` allows shrinks the limit in
+proportion; one whose typical latency is within it grows the limit, if every slot was taken at some point. Either is
+decided as soon as the answers back settle it, so a window does not wait for its slowest call. A 429 or 503 shrinks
+the limit at once, once per round. The limiter starts at ``min_limit``, so that its first window measures the
+engine's unloaded latency, and measures it again there whenever the latency at the bottom exceeds what the baseline
+tolerates.
 """
 
 from __future__ import annotations
