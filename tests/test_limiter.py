@@ -156,11 +156,11 @@ def test_flat_latency_grows_to_the_maximum() -> None:
 
 
 @pytest.mark.parametrize("drop", [0.5, 1.0])
-def test_settles_near_the_knee(drop: float) -> None:
+def test_stays_near_the_knee(drop: float) -> None:
     """Latency flat up to 16 calls and rising steeply after: the limit stays within 12..24 once it has found it."""
     sim = Simulation(SimulatedEngine(knee=16, drop=drop)).run(400)
-    settled = sim.limits(100)
-    assert 12 <= min(settled) and max(settled) <= 24, (min(settled), max(settled))
+    steady = sim.limits(100)
+    assert 12 <= min(steady) and max(steady) <= 24, (min(steady), max(steady))
 
 
 @pytest.mark.parametrize("seed", [2, 10, 11])
@@ -168,8 +168,8 @@ def test_noise_widens_the_band_upwards(seed: int) -> None:
     """Work varying 0.5..1.5, not reported: a window is judged slower only beyond its own noise, so the limit
     overshoots the knee a little more (never under it by much)."""
     sim = Simulation(SimulatedEngine(knee=16), work=drawn(seed, lambda rng: rng.uniform(0.5, 1.5))).run(400)
-    settled = sim.limits(100)
-    assert 12 <= min(settled) and max(settled) <= 28, (min(settled), max(settled))
+    steady = sim.limits(100)
+    assert 12 <= min(steady) and max(steady) <= 28, (min(steady), max(steady))
 
 
 @pytest.mark.parametrize("tail", ["exponential", "lognormal"])
@@ -177,15 +177,15 @@ def test_work_reported_keeps_long_and_short_calls_comparable(tail: str) -> None:
     """Calls whose work varies 100-fold: the latency per unit of work finds the knee as sharply as equal calls."""
     draw = (lambda rng: rng.expovariate(1.0)) if tail == "exponential" else (lambda rng: rng.lognormvariate(-0.5, 1))
     sim = Simulation(SimulatedEngine(knee=16), work=drawn(1, draw), report_work=True).run(400)
-    settled = sim.limits(100)
-    assert 14 <= min(settled) and max(settled) <= 21, (min(settled), max(settled))
+    steady = sim.limits(100)
+    assert 14 <= min(steady) and max(steady) <= 21, (min(steady), max(steady))
 
 
 def test_noisy_calls_unreported_cost_precision_not_collapse() -> None:
     """Exponential work without it reported: the limit wanders more, but neither collapses nor runs away."""
     sim = Simulation(SimulatedEngine(knee=16), work=drawn(1, lambda rng: rng.expovariate(1.0))).run(400)
-    settled = sim.limits(100)
-    assert 8 <= statistics.mean(settled) <= 32
+    steady = sim.limits(100)
+    assert 8 <= statistics.mean(steady) <= 32
     assert sim.throughput(200) >= 0.75 * 16
 
 
@@ -212,8 +212,8 @@ def test_429_past_a_maximum_on_a_flat_engine() -> None:
     """No latency knee, only a hard cap at 32 answered with 429: the limit dwells just under it."""
     engine = SimulatedEngine(knee=10_000, reject_above=32)
     sim = Simulation(engine).run(400)
-    settled = sim.limits(100)
-    assert 24 <= min(settled) and max(settled) <= 34
+    steady = sim.limits(100)
+    assert 24 <= min(steady) and max(steady) <= 34
     assert sim.overload_share(200) <= 0.02
     assert sim.throughput(200) >= 0.9 * 32
 
@@ -491,11 +491,11 @@ def heavy_runs(period: int, first: int, count: int, heavy: float) -> Work:
     return lambda: heavy if first <= next(calls) % period < first + count else 1.0
 
 
-def test_an_engine_with_no_parallelism_settles_at_the_bottom() -> None:
+def test_an_engine_with_no_parallelism_stays_at_the_bottom() -> None:
     """Latency proportional to the calls in flight from the first (knee 1: one call at a time, as llama-server on
     one thread), and throughput falling with each call more: the limiter starts at the bottom, measures the
     unloaded latency there, and stays there but for rare probes. (Starting at 4 it never measured below 4 and
-    settled at 4 to 8: a third of this throughput.)"""
+    stayed at 4 to 8: a third of this throughput.)"""
     engine = SimulatedEngine(knee=1, drop=0.5)
     best = best_fixed_throughput(engine, unit_work, range(1, 5))
     sim = Simulation(engine).run(400)
@@ -522,11 +522,11 @@ def test_leaders_sent_together_read_as_work_not_as_load() -> None:
     best = best_fixed_throughput(engine, heavy_runs(240, 120, 10, 8.0), range(16, 65, 8))
     sim = Simulation(engine, work=heavy_runs(240, 120, 10, 8.0)).run(400)
     assert sim.throughput(200) >= 0.9 * best, (sim.throughput(200), best)
-    settled = sim.limits(100)
-    assert 24 <= min(settled) and max(settled) <= 48, (min(settled), max(settled))
+    steady = sim.limits(100)
+    assert 24 <= min(steady) and max(steady) <= 48, (min(steady), max(steady))
 
 
-def test_leaders_back_first_do_not_settle_a_window() -> None:
+def test_leaders_back_first_do_not_decide_a_window() -> None:
     """A batch's first calls are its prefix groups' leaders, alone until they are back: four answers eight times
     slower than the baseline, the first of a window of 26, do not make it slower while the rest are within."""
     now = [0.0]
@@ -567,5 +567,5 @@ def test_a_baseline_measured_low_is_measured_again_at_the_bottom() -> None:
     sim = Simulation(SimulatedEngine(knee=16), work=lambda: heavier[0]).run(100)
     heavier[0] = 3.0
     sim.run(600)
-    settled = sim.limits(400)
-    assert 12 <= min(settled) and max(settled) <= 24, (min(settled), max(settled))
+    steady = sim.limits(400)
+    assert 12 <= min(steady) and max(steady) <= 24, (min(steady), max(steady))

@@ -36,7 +36,7 @@ class Window:
     """Up to ``size`` calls sent one after another under one limit, and their answers' latencies.
 
     ``threshold`` is the latency tolerated by the baseline of the windows before it (infinite when there is none):
-    answers are counted against it as they come, so that the window is decided as soon as they settle it."""
+    answers are counted against it as they come, so that the window is decided as soon as they leave no doubt."""
 
     __slots__ = ("size", "unsent", "outstanding", "latencies", "threshold", "slower", "within", "peak",
                  "offers_later")
@@ -63,14 +63,14 @@ class Window:
         elif self.threshold < math.inf:
             self.within += 1
 
-    def settled_slow(self) -> bool:
+    def decided_slow(self) -> bool:
         """More than ``1 - QUANTILE`` of the window's answers are slower, so its quantile is whatever the calls
         still out do, and significantly many of the answers back so far are. Not a few that came back first: the
         leaders of prefix groups are a batch's first calls out, and its only ones until they are back."""
         return (self.slower > self.size * (1 - QUANTILE)
                 and self.slower >= significant(self.slower + self.within, 1 - QUANTILE))
 
-    def settled_within(self) -> bool:
+    def decided_within(self) -> bool:
         return self.within >= math.ceil(self.size * QUANTILE)
 
     def quantile(self) -> float:

@@ -6,7 +6,7 @@ latency (``latency_window.QUANTILE`` of its answers): a few heavy calls (prefix 
 documents, long answers) do not move it, while load slows most calls. Against the baseline (the lowest recent
 window), a window whose answers are significantly often slower than ``tolerance`` allows shrinks the limit in
 proportion; one whose typical latency is within it grows the limit, if every slot was taken at some point. Either is
-decided as soon as the answers back settle it, so a window does not wait for its slowest call. A 429 or 503 shrinks
+decided as soon as the answers back leave no doubt, so a window does not wait for its slowest call. A 429 or 503 shrinks
 the limit at once, once per round. The limiter starts at ``min_limit``, so that its first window measures the
 engine's unloaded latency, and measures it again there whenever the latency at the bottom exceeds what the baseline
 tolerates.
@@ -192,14 +192,14 @@ class ConcurrencyLimiter:
         return self._window
 
     def _judge_window(self) -> None:
-        """Decides the current window once the answers back settle it (the calls still out could only add
+        """Decides the current window once the answers back leave no doubt (the calls still out could only add
         answers on both sides), or once all of it is back, then starts the next."""
         window = self._window
         used = window.peak >= self.limit  # an idle slot says nothing about the engine
-        if window.settled_slow():
+        if window.decided_slow():
             self._decided(window)
             self._slow_window(window, window.threshold)
-        elif window.settled_within() and used:
+        elif window.decided_within() and used:
             self._decided(window)
             self._grow()
         elif window.complete:
