@@ -1,11 +1,11 @@
-"""Webhooks: what the outbox adds to a batch's settle, and how fast one delivery loop drains it.
+"""Webhooks: what the outbox adds to a batch's finalizing, and how fast one delivery loop drains it.
 
     .venv/bin/python bench/bench_webhooks.py [--batches 500] [--endpoints 1] [--postgres]
 
-On a fresh store (SQLite in a temp dir, or a fresh database on ``OPENRELAY_TEST_PG``): settles ``--batches``
+On a fresh store (SQLite in a temp dir, or a fresh database on ``OPENRELAY_TEST_PG``): finalizes ``--batches``
 leased batches of an organization without endpoints, then as many of one with ``--endpoints`` endpoints (the
-settle then also writes the event and a delivery per endpoint; an organization without endpoints writes the event
-only), p50/p95 of each settle; then one ``WebhookDelivery`` drains the outbox round after round (``deliver_due``,
+finalizing then also writes the event and a delivery per endpoint; an organization without endpoints writes the event
+only), p50/p95 of each finalizing; then one ``WebhookDelivery`` drains the outbox round after round (``deliver_due``,
 32 concurrent posts a round) into the receiver process of the tests, answering 200 at once: deliveries per
 second, every one received once. Prints one JSON object.
 """
@@ -37,7 +37,7 @@ from tests.support.server import create_pg_database, drop_pg_database  # noqa: E
 from tests.support.webhook_receiver import running_receiver  # noqa: E402
 
 
-def settle_times(db: Database, org_id: str, key_id: str, count: int) -> list[float]:
+def finalize_times(db: Database, org_id: str, key_id: str, count: int) -> list[float]:
     batches, results, taken = Batches(db), Results(db), []
     for _ in range(count):
         batch_id, created = new_batch_id(), now()
@@ -47,8 +47,8 @@ def settle_times(db: Database, org_id: str, key_id: str, count: int) -> list[flo
                              expires_at=created + 86_400, total=1), now_ns(), [])
         assert batches.claim("bench", {"m": 10 ** 9}, 60.0) is not None
         started = time.perf_counter()
-        results.settle(batch_id, "bench", status=BatchStatus.COMPLETED, output=None, error=None, org_id=org_id,
-                       unrun=0)
+        results.finalize(batch_id, "bench", status=BatchStatus.COMPLETED, output=None, error=None, org_id=org_id,
+                         unrun=0)
         taken.append((time.perf_counter() - started) * 1000)
     return taken
 
@@ -73,8 +73,8 @@ def main() -> None:
             quiet, loud = accounts.create_org("no-endpoints"), accounts.create_org("endpoints")
             for i in range(args.endpoints):
                 store.add_endpoint(loud.id, receiver.url(f"bench{i}"), "whsec_" + "A" * 44, limit=16)
-            without = settle_times(db, quiet.id, accounts.create_key(quiet.id)[0].id, args.batches)
-            with_endpoints = settle_times(db, loud.id, accounts.create_key(loud.id)[0].id, args.batches)
+            without = finalize_times(db, quiet.id, accounts.create_key(quiet.id)[0].id, args.batches)
+            with_endpoints = finalize_times(db, loud.id, accounts.create_key(loud.id)[0].id, args.batches)
 
             catalog = parse_catalog(f'[webhooks]\nallow = ["{receiver.base}/hooks/"]\n')
             delivery = WebhookDelivery(store, catalog, Settings.build(data_dir=Path(tmp), database_url=url))
@@ -85,8 +85,8 @@ def main() -> None:
             received = sum(len(receiver.requests(f"bench{i}")) for i in range(args.endpoints))
             print(json.dumps({
                 "store": "postgres" if args.postgres else "sqlite", "batches": args.batches,
-                "endpoints": args.endpoints, "settle_without_endpoints": summary(without),
-                "settle_with_endpoints": summary(with_endpoints), "delivered": sent, "received": received,
+                "endpoints": args.endpoints, "finalize_without_endpoints": summary(without),
+                "finalize_with_endpoints": summary(with_endpoints), "delivered": sent, "received": received,
                 "deliveries_per_second": round(sent / elapsed, 1),
             }))
         finally:

@@ -50,7 +50,7 @@ class BatchStatus(enum.StrEnum):
     FAILED = "failed"  # could not run at all; ``errors`` says why
     EXPIRED = "expired"  # the window passed before every record ran
     CANCELLING = "cancelling"  # cancel asked; in-flight records finishing
-    CANCELLED = "cancelled"  # cancel settled; unstarted records are batch_cancelled lines
+    CANCELLED = "cancelled"  # cancel done; unstarted records are batch_cancelled lines
 
 
 # The status groups, in one place. Terminal: the batch has ended. Claimable: a worker has work on it (records to run

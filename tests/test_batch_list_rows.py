@@ -50,7 +50,7 @@ def test_a_page_equals_as_api_of_each_batch(store):
               (BatchStatus.CANCELLED, {"tags": "b"}, []), (BatchStatus.EXPIRED, None, None)]
     for n, (status, metadata, errors) in enumerate(shapes):
         store.create(_batch(n, status, metadata), created_ns=n, new_files=[])
-        with store.db.write() as conn:  # what a worker writes as a batch runs and settles
+        with store.db.write() as conn:  # what a worker writes as a batch runs and ends
             conn.execute(batches.update().where(batches.c.id == f"batch_{n:03d}").values(
                 in_progress_at=1_700_000_100 + n, finalizing_at=None if n % 2 else 1_700_000_200 + n,
                 completed_at=1_700_000_300 if status is BatchStatus.COMPLETED else None,

@@ -17,7 +17,7 @@ from openrelay.config import Settings
 from openrelay.runtime import open_runtime
 from openrelay.store.results import Chunk, LeaseLost
 from openrelay.types import BatchStatus
-from openrelay.worker.finalize import settle_batch
+from openrelay.worker.finalize import finalize_batch
 from tests.support.batches import chat, create
 
 
@@ -62,10 +62,10 @@ def test_a_run_past_its_lease_cannot_overwrite_or_double_the_next_runs_chunk(mak
         batch = rt.batches.get(current.org_id, batch_id)
         assert (batch.completed, batch.input_tokens) == (2, 20)
 
-        # Cancelled and settled by worker-b: the output holds its chunk alone, and worker-a's refused chunk,
+        # Cancelled and finalized by worker-b: the output holds its chunk alone, and worker-a's refused chunk,
         # which no row names, is gone with the committed one.
         rt.batches.request_cancel(current.org_id, batch_id)
-        settle_batch(rt, "worker-b", rt.batches.get(current.org_id, batch_id), BatchStatus.CANCELLED)
+        finalize_batch(rt, "worker-b", rt.batches.get(current.org_id, batch_id), BatchStatus.CANCELLED)
         with rt.blobs.open(output_key(batch_id)) as handle:
             assert handle.read() == b'{"custom_id": "r0"}\n{"custom_id": "r1"}\n'
         assert not rt.blobs.exists(late.out_key) and not rt.blobs.exists(held.out_key)

@@ -151,7 +151,7 @@ def test_list_purpose_filter(server):
     assert created.status_code == 200, created.text
     rejections = created.json()["rejected_records_file_id"]
     inline_input = created.json()["input_file_id"]
-    # Settled, the batch adds its output and error files, batch_output too.
+    # Finalized, the batch adds its output and error files, batch_output too.
     done = server.wait(created.json()["id"])
     assert done["status"] == "completed"
     results = {done["output_file_id"], done["error_file_id"]}

@@ -7,7 +7,7 @@ import json
 from tests.support.batches import batch_usage, chat, create, get, prompt_text, results, usage_of, wait_for
 
 
-def test_cancel_while_validating_settles_once_a_worker_runs(make_server, engine, start_worker):
+def test_cancel_while_validating_ends_once_a_worker_runs(make_server, engine, start_worker):
     # An API-only server: nothing promotes or runs the batch, so it is `validating` until a worker comes.
     server = make_server(args=("--no-worker",))
     batch = create(server, [chat(f"v{i}", f"never sent {i}") for i in range(3)])
@@ -16,7 +16,7 @@ def test_cancel_while_validating_settles_once_a_worker_runs(make_server, engine,
     assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"] is not None
     worker = start_worker(server)
     done = server.wait(batch["id"])
-    assert worker.took(batch["id"]) and worker.stop() == 0  # settled by that worker, which then drains cleanly
+    assert worker.took(batch["id"]) and worker.stop() == 0  # ended by that worker, which then drains cleanly
     assert done["status"] == "cancelled" and done["cancelled_at"] is not None
     assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
     out, err = results(server, done)

@@ -16,7 +16,7 @@ from tests.support.workers import WorkerProcess
 def _every_worker_has_looked(server: Server, pool: list[WorkerProcess]) -> None:
     """Wait until each worker of ``pool`` has made whole claim passes since now. Batches cancelled for the purpose
     (they need no slot, and none reaches the engine) are made one at a time, each once the one before has ended,
-    until every worker has settled two: its claim pass that took the first had ended before the one that took the
+    until every worker has ended two: its claim pass that took the first had ended before the one that took the
     second began, and a pass claims every batch the worker may take, so a batch it should not take but would have
     is taken (and logged) by then."""
     taken = [0] * len(pool)
@@ -27,7 +27,7 @@ def _every_worker_has_looked(server: Server, pool: list[WorkerProcess]) -> None:
         taken = [count + worker.took(made) for count, worker in zip(taken, pool, strict=True)]
         if min(taken) >= 2:
             return
-    raise AssertionError(f"each worker did not settle two of 200 cancelled batches: {taken}")
+    raise AssertionError(f"each worker did not end two of 200 cancelled batches: {taken}")
 
 
 def _api_only(make_server, **kwargs) -> Server:

@@ -253,7 +253,7 @@ def test_a_read_that_outlives_the_batch_finishes_from_the_composed_file(blob_sto
     first = next(reading)
     assert 0 < len(first) < len(lines[0])
     for key in keys:
-        blobs.delete(key)  # the batch settled here
+        blobs.delete(key)  # the batch finalized here
     assert first + b"".join(reading) == b"".join(lines)
     start = len(lines[0]) + 3  # in the middle of the second line
     assert b"".join(read_partial(blobs, snapshot, start=start)) == b"".join(lines)[start:]

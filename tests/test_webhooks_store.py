@@ -62,9 +62,9 @@ def _events(db: Database, batch_id: str) -> list[tuple[str, str]]:
                                                .where(webhook_events.c.batch_id == batch_id)).all()]
 
 
-def _settle(db: Database, batch_id: str, org_id: str, worker: str = "w1",
-            status: BatchStatus = BatchStatus.COMPLETED) -> None:
-    Results(db).settle(batch_id, worker, status=status, output=None, error=None, org_id=org_id, unrun=0)
+def _finalize(db: Database, batch_id: str, org_id: str, worker: str = "w1",
+              status: BatchStatus = BatchStatus.COMPLETED) -> None:
+    Results(db).finalize(batch_id, worker, status=status, output=None, error=None, org_id=org_id, unrun=0)
 
 
 def test_the_terminal_status_writes_its_event_and_a_delivery_per_live_endpoint(db: Database) -> None:
@@ -77,20 +77,20 @@ def test_the_terminal_status_writes_its_event_and_a_delivery_per_live_endpoint(d
     batch_id = _running_batch(db, org_id, key_id)
     assert _events(db, batch_id) == []  # running: nothing to say yet
 
-    _settle(db, batch_id, org_id, status=BatchStatus.CANCELLED)
+    _finalize(db, batch_id, org_id, status=BatchStatus.CANCELLED)
     [(event_id, event_type)] = _events(db, batch_id)
     assert event_type == "batch.cancelled"
     assert store.delivery_states(event_id) == {e.id: "pending" for e in kept if e is not None}
-    with pytest.raises(LeaseLost):  # a settle again (a crashed worker's retry) finds the lease gone
-        _settle(db, batch_id, org_id)
+    with pytest.raises(LeaseLost):  # a finalizing again (a crashed worker's retry) finds the lease gone
+        _finalize(db, batch_id, org_id)
     assert len(_events(db, batch_id)) == 1
 
 
-def test_a_settle_that_fails_writes_no_event_and_an_event_that_fails_no_status(db: Database) -> None:
+def test_a_finalizing_that_fails_writes_no_event_and_an_event_that_fails_no_status(db: Database) -> None:
     org_id, key_id = _org_and_key(db)
     stolen = _running_batch(db, org_id, key_id, worker="w1")
-    with pytest.raises(LeaseLost):  # another worker's settle: refused, and nothing of it is kept
-        _settle(db, stolen, org_id, worker="w2")
+    with pytest.raises(LeaseLost):  # another worker's finalizing: refused, and nothing of it is kept
+        _finalize(db, stolen, org_id, worker="w2")
     assert _events(db, stolen) == []
     assert Batches(db).by_id(stolen).status is BatchStatus.IN_PROGRESS
 
@@ -100,7 +100,7 @@ def test_a_settle_that_fails_writes_no_event_and_an_event_that_fails_no_status(d
         conn.execute(webhook_events.insert().values(id="evt_taken", org_id=org_id, type="batch.completed",
                                                     batch_id=stolen, created_at=now(), payload="{}"))
     with pytest.raises(StoreError):
-        _settle(db, stolen, org_id)
+        _finalize(db, stolen, org_id)
     batch = Batches(db).by_id(stolen)
     assert batch.status is BatchStatus.IN_PROGRESS and batch.completed_at is None and batch.lease_owner == "w1"
 
@@ -110,7 +110,7 @@ def _due_deliveries(db: Database, count: int) -> tuple[WebhookStore, set[tuple[s
     store = WebhookStore(db)
     endpoints = [store.add_endpoint(org_id, f"https://h.example.com/{i}", "whsec_AAAA", limit=16) for i in range(4)]
     for _ in range(count // 4):
-        _settle(db, _running_batch(db, org_id, key_id), org_id)
+        _finalize(db, _running_batch(db, org_id, key_id), org_id)
     with db.read() as conn:
         rows = conn.execute(sa.select(webhook_deliveries.c.event_id, webhook_deliveries.c.endpoint_id)).all()
     assert len(rows) == count and {r[1] for r in rows} == {e.id for e in endpoints if e is not None}

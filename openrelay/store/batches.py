@@ -122,7 +122,7 @@ class Batches(BatchLeases):
                 batches.c.id == batch_id, batches.c.org_id == org_id,
                 batches.c.status.in_(CANCELLABLE_VALUES),
             ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
-                      retry_at=None))  # a batch backing off after a failed run settles its cancel at once
+                      retry_at=None))  # a batch backing off after a failed run has its cancel done at once
         batch = self.get(org_id, batch_id)
         if done.rowcount == 0 and batch.terminal:
             raise Conflict(f"Cannot cancel a batch with status '{batch.status.value}'.", code="batch_terminal")

@@ -71,7 +71,7 @@ class Files:
         return record, in_use is None
 
     def orphaned_batch_blobs(self, batch: Batch) -> list[str]:
-        """Blobs a settled batch kept alive that no file row names any more (deleted while it ran)."""
+        """Blobs an ended batch kept alive that no file row names any more (deleted while it ran)."""
         keys = [batch.input_blob_key] + ([rejections_key(batch.id)] if batch.rejected_count else [])
         with self.db.read() as conn:
             named = set(conn.execute(sa.select(files.c.blob_key).where(files.c.blob_key.in_(keys))).scalars())

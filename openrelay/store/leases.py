@@ -39,7 +39,7 @@ class BatchLeases:
               busy: frozenset[str] = frozenset(), *, runs: bool = True) -> Batch | None:
         """Lease the next batch this worker should act on, or None. ``busy``: batches this worker is acting on
         already; even if their lease lapsed (a stalled heartbeat), it must not start a second run of one.
-        ``runs=False``: the worker runs as many batches as it may (``max_batches``); only a batch to settle.
+        ``runs=False``: the worker runs as many batches as it may (``max_batches``); only a batch to end.
 
         First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
         cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
@@ -54,11 +54,11 @@ class BatchLeases:
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
-            to_settle = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
+            to_end = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
                          batches.c.model.not_in(models)]
             row = conn.execute(sa.select(batches.c.id).where(
                 batches.c.status.in_(CLAIMABLE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
-                sa.or_(*to_settle, *([batches.c.started.is_(True)] if runs else [])),
+                sa.or_(*to_end, *([batches.c.started.is_(True)] if runs else [])),
             ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
             if row is None and runs:
                 row = self._next_queued(conn, slots, clock)

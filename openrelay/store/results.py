@@ -1,4 +1,4 @@
-"""Durable progress of running batches: chunks of settled records, and the final settle of a batch.
+"""Durable progress of running batches: chunks of settled records, and the finalizing of a batch.
 
 A chunk's result lines are written to blobs first; the chunk row, the batch's counters and usage, and the key's
 spend are then committed in one transaction, fenced by the worker's lease. So a record is counted and billed
@@ -115,13 +115,13 @@ class Results:
                 conn.execute(api_keys.update().where(api_keys.c.id == key_id)
                              .values(spent_nano_usd=api_keys.c.spent_nano_usd + chunk.cost_nano_usd))
 
-    def settle(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
-               error: ResultFile | None, org_id: str, unrun: int | None,
-               errors: list[dict] | None = None) -> None:
+    def finalize(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
+                 error: ResultFile | None, org_id: str, unrun: int | None,
+                 errors: list[dict] | None = None) -> None:
         """Write the result files' rows and move the batch to its terminal status, releasing the lease.
 
         ``unrun`` records never ran (cancelled, expired or failed batch): they count as failed here, in the
-        same transaction, so a settle retried after a crash cannot count them twice. None: every record without
+        same transaction, so a finalizing retried after a crash cannot count them twice. None: every record without
         a line (a batch ended without its files).
         """
         stamp = now()
@@ -130,12 +130,12 @@ class Results:
             if status is BatchStatus.COMPLETED and current == BatchStatus.CANCELLING.value:
                 # Cancelled while finalizing: every record ran, but the user asked to cancel; say so.
                 status = BatchStatus.CANCELLED
-            self._settle(conn, batch_id, worker_id, status=status, output=output, error=error, org_id=org_id,
-                         unrun=unrun, errors=errors, stamp=stamp)
+            self._finalize(conn, batch_id, worker_id, status=status, output=output, error=error, org_id=org_id,
+                           unrun=unrun, errors=errors, stamp=stamp)
 
-    def _settle(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
-                output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,
-                errors: list[dict] | None, stamp: int) -> None:
+    def _finalize(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
+                  output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,
+                  errors: list[dict] | None, stamp: int) -> None:
         failed = batches.c.total - batches.c.completed if unrun is None else batches.c.failed + unrun
         values: dict = {"status": status.value, "lease_owner": None, "lease_expires_at": None,
                         f"{status.value}_at": stamp, "failed": failed, "retry_at": None}

@@ -1,7 +1,7 @@
 """The per-record rules of a create (docs/api-contract.md §4), in the order they are checked, and how a record is read.
 
 ``check_record`` decides everything a record can be judged on alone. The two rules that need the whole input,
-``duplicate_custom_id`` and ``model_mismatch``, are settled by ``scan`` once every record has been read.
+``duplicate_custom_id`` and ``model_mismatch``, are decided by ``scan`` once every record has been read.
 
 The scan's fast path reads the ordinary record (``decode_ordinary``): its four fields, the few of the body the rules
 look at, and the prompt fields as raw bytes; the rest of the body is skipped. Skipping checks the syntax, the

@@ -1,4 +1,4 @@
-"""Settling a batch: compose its result files from the durable chunks and give it its terminal status.
+"""Finalizing a batch: compose its result files from the durable chunks and give it its terminal status.
 
 Safe to run again after a crash at any point: every blob it writes is rewritten whole, and the status, file
 rows and counts change in one transaction at the very end. ``end_failed_batch`` ends a batch whose runs kept
@@ -17,7 +17,7 @@ from ..types import Batch, BatchStatus
 from .inputs import Unreadable, pending_records, read_rejections
 from .lines import rejection_line, unrun_line
 
-__all__ = ["settle_batch", "end_failed_batch"]
+__all__ = ["finalize_batch", "end_failed_batch"]
 
 log = logging.getLogger("openrelay.worker")
 
@@ -28,8 +28,8 @@ _UNRUN_CODE = {
 }
 
 
-def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
-                 errors: list[dict] | None = None) -> None:
+def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
+                   errors: list[dict] | None = None) -> None:
     """``status`` is what ends the batch; an expiry that finds no record left unrun ends it ``completed``."""
     chunks = rt.results.chunks(batch.id)
     rejections = read_rejections(rt.blobs, batch)
@@ -58,10 +58,10 @@ def settle_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
         error = ResultFile(file_id=error_file_id(batch.id), blob_key=error_key(batch.id), size=size,
                            filename=f"{batch.id}_error.jsonl")
     # Only a run reads the dispatch order. Gone before the batch ends, so no poll sees an ended batch with it; a run
-    # that resumes the batch after all (this settle loses its lease) sends the rest in input order.
+    # that resumes the batch after all (this finalizing loses its lease) sends the rest in input order.
     rt.blobs.delete(dispatch_order_key(batch.id))
-    rt.results.settle(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
-                      unrun=unrun, errors=errors)
+    rt.results.finalize(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
+                        unrun=unrun, errors=errors)
     # Every chunk is in the result files now. The folder also holds any chunk a run wrote but never committed
     # (killed between its blobs and its commit, or refused for a lost lease): nothing names those, so they go too.
     rt.blobs.delete_folder(chunks_folder(batch.id))
@@ -82,11 +82,11 @@ def end_failed_batch(rt: Runtime, worker_id: str, batch: Batch, why: str) -> Non
         status = BatchStatus.FAILED
     errors = [{"code": "batch_run_failed", "message": why[:1000], "param": None, "line": None}]
     try:
-        settle_batch(rt, worker_id, batch, status, errors)
+        finalize_batch(rt, worker_id, batch, status, errors)
         return
     except LeaseLost:
         raise
     except Exception:
         log.exception("batch %s: its result files cannot be composed; ending it without them", batch.id)
-    rt.results.settle(batch.id, worker_id, status=status, output=None, error=None, org_id=batch.org_id,
-                      unrun=None, errors=errors)
+    rt.results.finalize(batch.id, worker_id, status=status, output=None, error=None, org_id=batch.org_id,
+                        unrun=None, errors=errors)

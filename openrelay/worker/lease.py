@@ -23,7 +23,7 @@ class LeaseKeeper:
         self.batch_id = batch_id
         self.worker_id = worker_id
         self.cancelled = False  # the batch is cancelling: take no more records
-        self.lost = False  # another worker may hold the batch now: write nothing more, settle nothing
+        self.lost = False  # another worker may hold the batch now: write nothing more, finalize nothing
 
     async def run(self) -> None:
         settings = self.rt.settings

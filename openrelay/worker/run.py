@@ -1,4 +1,4 @@
-"""Running one claimed batch: keep ``concurrency`` requests in flight, then settle it from what its records hold.
+"""Running one claimed batch: keep ``concurrency`` requests in flight, then finalize it from what its records hold.
 
 Three helpers do the rest: the ``EngineGate`` owns retries and outages, the ``ChunkWriter`` makes finished records
 durable, the ``LeaseKeeper`` renews the lease and sees a cancel. A crash loses at most the records in flight or
@@ -25,7 +25,7 @@ from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
 from .chunks import ChunkWriter
 from .dispatch import DispatchQueue, ModelGroups, Pending
-from .finalize import settle_batch
+from .finalize import finalize_batch
 from .gate import EngineGate, Stopped, StopReason
 from .inputs import Unreadable, read_rejections
 from .lease import LeaseKeeper
@@ -91,7 +91,7 @@ class BatchRun:
                 await self._dispatch(skip)
             finally:
                 writer.close()
-                await writing  # everything finished is durable before the run settles or fails
+                await writing  # everything finished is durable before the run finalizes or fails
         except LeaseLost:
             self.keeper.lost = True
         finally:
@@ -103,7 +103,7 @@ class BatchRun:
         if self.keeper.lost:
             log.warning("batch %s: lease lost; another worker resumes it", self.batch.id)
             return
-        await asyncio.to_thread(self._settle)
+        await asyncio.to_thread(self._finalize)
 
     async def _publish_limit(self) -> None:
         """Keep the batch's row showing the concurrency it runs at (the progress object's
@@ -125,7 +125,7 @@ class BatchRun:
     def _concurrency_now(self) -> int:
         return self.gate.limit if self.spec.adaptive else self.spec.concurrency
 
-    def _settle(self) -> None:
+    def _finalize(self) -> None:
         """The terminal status, from the store's counts after the last write."""
         current = self.rt.batches.by_id(self.batch.id)
         unrun = current.total - current.completed - current.failed
@@ -141,7 +141,7 @@ class BatchRun:
             return  # the worker hands the lease back
         else:
             raise RunIncomplete(f"the run ended with {unrun} records unrun")
-        settle_batch(self.rt, self.worker_id, self.batch, status)
+        finalize_batch(self.rt, self.worker_id, self.batch, status)
 
     def _stop_reason(self) -> StopReason | None:
         if self.keeper.lost or (self._writing is not None and self._writing.done()):

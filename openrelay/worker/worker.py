@@ -1,4 +1,4 @@
-"""A worker: claims batches from the store and runs, drains or settles them. Also the scheduler's chores.
+"""A worker: claims batches from the store and runs, drains or finalizes them. Also the scheduler's chores.
 
 Workers share nothing but the store, so any number of them (in ``orl serve`` or ``orl worker`` processes on
 other machines) can run against one database and blob store.
@@ -18,7 +18,7 @@ from ..runtime import Runtime
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
 from .dispatch import ModelGroups
-from .finalize import end_failed_batch, settle_batch
+from .finalize import end_failed_batch, finalize_batch
 from .gate import EngineGate
 from .limiter import ConcurrencyLimiter
 from .replicas import Replica
@@ -34,11 +34,11 @@ class Worker:
         self.rt = rt
         self.worker_id = f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
         self.slots = {name: spec.slots for name, spec in rt.catalog.models.items()}
-        self.capacity = sum(self.slots.values()) + 4  # room to settle cancelled/expired batches meanwhile
+        self.capacity = sum(self.slots.values()) + 4  # room to end cancelled/expired batches meanwhile
         self._gates: dict[str, EngineGate] = {}
         self._groups: dict[str, ModelGroups] = {}  # per model: the prefix groups its runs send now
         self._active: dict[str, asyncio.Task[None]] = {}
-        self._runs: set[str] = set()  # of those, the batches being run (not settled): max_batches counts them
+        self._runs: set[str] = set()  # of those, the batches being run (not only finalized): max_batches counts them
         self._stop = asyncio.Event()
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
 
@@ -91,7 +91,7 @@ class Worker:
         try:
             await self._act(batch)
         except LeaseLost:
-            log.warning("batch %s: lease lost while settling; another worker takes it", batch.id)
+            log.warning("batch %s: lease lost while finalizing; another worker takes it", batch.id)
         except Exception as exc:
             try:
                 await asyncio.to_thread(self._run_failed, batch, exc)
@@ -117,15 +117,15 @@ class Worker:
     async def _act(self, batch: Batch) -> None:
         spec = self.rt.catalog.models.get(batch.model)
         if batch.status is BatchStatus.CANCELLING:
-            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED)
         elif batch.status is BatchStatus.FINALIZING:
-            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED)
         elif spec is None:
             errors = [{"code": "model_unavailable", "message": f'model "{batch.model}" is no longer offered',
                        "param": None, "line": None}]
-            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors)
         elif batch.past_window():
-            await asyncio.to_thread(settle_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
         else:
             gate = self.gate(batch.model)
             await BatchRun(self.rt, self.worker_id, batch, spec, gate, draining=lambda: self.draining,
