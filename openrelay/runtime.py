@@ -17,6 +17,7 @@ from .errors import ConfigError
 from .store.accounts import Accounts
 from .store.batches import Batches
 from .store.db import Database
+from .store.engine_limits import EngineLimits
 from .store.files import Files
 from .store.idempotency import IdempotencyKeys
 from .store.results import Results
@@ -37,6 +38,7 @@ class Runtime:
     results: Results
     sessions: Sessions
     webhooks: WebhookStore
+    limits: EngineLimits  # what the adaptive concurrency limiters learnt
     blobs: BlobStore
     catalog: Catalog
 
@@ -107,6 +109,7 @@ def open_runtime(settings: Settings) -> Runtime:
         results=Results(db),
         sessions=Sessions(db),
         webhooks=WebhookStore(db),
+        limits=EngineLimits(db),
         blobs=blobs,
         catalog=catalog,
     )

@@ -1,5 +1,6 @@
 """``concurrency = "auto"``: one limiter per engine replica, shared by the model's running batches; a 429 or 503 is
-the engine asking for less, never a record's failure; the limit is on /metrics and in the progress object."""
+the engine asking for less, never a record's failure; the limit is on /metrics and in the progress object; what a
+limiter learnt is kept in the store, and a worker started later begins there."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import re
 
 import httpx
 
+from openrelay.store.db import Database
+from openrelay.store.engine_limits import EngineLimits, Learnt
+from tests.conftest import BACKEND
 from tests.support.batches import chat, create, get, results, wait_for
-from tests.support.server import TEST_CATALOG
+from tests.support.server import TEST_CATALOG, create_pg_database, drop_pg_database
 
 
 def auto_catalog(engine_url: str, *, low: int = 1, high: int = 16) -> str:
@@ -53,3 +57,45 @@ def test_the_limit_is_on_metrics_and_in_the_progress_object(make_server, engine,
     batch = server.wait(batch_id)
     assert batch["request_counts"] == {"total": 20, "completed": 20, "failed": 0}
     assert engine.stats()["max_in_flight"] <= 12
+
+
+def test_a_restarted_worker_starts_from_the_limit_learnt_before(make_server, engine, engine_url):
+    server = make_server(catalog=auto_catalog(engine_url))
+    first = create(server, [chat(f"a{i}", f"learning {i}") for i in range(20)])["id"]
+    assert server.wait(first)["request_counts"]["completed"] == 20  # windows answered: a baseline latency
+    engine.mode(status=429)  # the engine pushes back: the limit it backs off to is one to keep
+    second = create(server, [chat(f"b{i}", f"pushed back {i}") for i in range(3)])["id"]
+    wait_for(lambda: engine.stats()["requests"] >= 3 + 20, "the 429s")
+    engine.mode(status=None)
+    assert server.wait(second)["request_counts"]["completed"] == 3
+    server.stop()  # a clean stop keeps what its limiters learnt
+    limits = EngineLimits(Database(server.database_url))
+    kept = limits.learnt("test/echo")
+    assert list(kept) == [engine_url] and 1 <= kept[engine_url].limit <= 16 and kept[engine_url].baseline_seconds > 0
+    limits.save("test/echo", {engine_url: Learnt(7, kept[engine_url].baseline_seconds)})  # a limit to recognise
+    limits.db.dispose()
+
+    server.start()  # a fresh worker: its limiter starts at 7, not at min_concurrency (1)
+    held = create(server, [chat(f"h{i}", f"held {i} #hold=r") for i in range(20)])["id"]
+    engine.wait_held("r", 7)
+    assert limit_metric(server) == 7 and engine.held("r") == 7
+    engine.release("r")
+    assert server.wait(held)["request_counts"] == {"total": 20, "completed": 20, "failed": 0}
+
+
+def test_learnt_limits_are_kept_per_model_and_replica(tmp_path):
+    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'limits.db'}"
+    db = Database(url)
+    try:
+        db.migrate()
+        limits = EngineLimits(db)
+        assert limits.learnt("m") == {}
+        limits.save("m", {"http://a/v1": Learnt(12, 0.5), "http://b/v1": Learnt(3, 0.25)})
+        limits.save("other", {"http://a/v1": Learnt(40, 0.1)})
+        limits.save("m", {"http://a/v1": Learnt(9, 0.75)})  # the last write wins, replica by replica
+        assert limits.learnt("m") == {"http://a/v1": Learnt(9, 0.75), "http://b/v1": Learnt(3, 0.25)}
+        assert limits.learnt("other") == {"http://a/v1": Learnt(40, 0.1)}
+    finally:
+        db.dispose()
+        if BACKEND == "postgres":
+            drop_pg_database(url)

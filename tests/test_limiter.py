@@ -569,3 +569,47 @@ def test_a_baseline_measured_low_is_measured_again_at_the_bottom() -> None:
     sim.run(600)
     steady = sim.limits(400)
     assert 12 <= min(steady) and max(steady) <= 24, (min(steady), max(steady))
+
+
+# --- starting from what an earlier limiter learnt (a worker restarted: store/engine_limits.py)
+
+
+def _learnt_on(engine: SimulatedEngine, seconds: float = 300) -> tuple[int, float]:
+    learnt = Simulation(engine).run(seconds).made.learnt()
+    assert learnt is not None
+    return learnt
+
+
+def test_nothing_is_learnt_until_the_engine_pushes_back() -> None:
+    climbing = Simulation(SimulatedEngine(knee=10_000), lambda clock: ConcurrencyLimiter(1, 64, clock=clock))
+    assert climbing.run(2).made.learnt() is None  # still doubling: the limit is not found yet
+    limit, baseline = _learnt_on(SimulatedEngine(knee=16))
+    assert 12 <= limit <= 24 and 0.9 <= baseline <= 1.3  # near the knee; a call alone takes 1 s
+
+
+def test_a_limiter_started_from_what_was_learnt_skips_the_climb() -> None:
+    """A fresh limiter spends its first seconds climbing from the bottom; one started where an earlier one left
+    off sends at the knee from its first call, and stays there."""
+    engine = SimulatedEngine(knee=16, reject_above=24)
+    limit, baseline = _learnt_on(engine)
+    fresh = Simulation(engine).run(30)
+    started = Simulation(engine, lambda clock: ConcurrencyLimiter(1, 256, limit, baseline=baseline,
+                                                                  clock=clock)).run(30)
+    assert started.limits(0)[0] == limit
+    assert started.throughput(0) >= 0.9 * 16 > fresh.throughput(0), (started.throughput(0), fresh.throughput(0))
+    assert 12 <= min(started.limits(0)) and max(started.limits(0)) <= 24
+    assert started.overload_share(0) <= 0.05
+
+
+def test_a_learnt_baseline_from_lighter_work_is_relearnt() -> None:
+    """Learnt on calls of 1 s, started on calls three times as long (another workload): its windows are all
+    slow against the old baseline, so it backs down to the bottom, measures the new latency there and finds the
+    knee again."""
+    limit, baseline = _learnt_on(SimulatedEngine(knee=16))
+    heavier = SimulatedEngine(knee=16, base=3.0)
+    sim = Simulation(heavier, lambda clock: ConcurrencyLimiter(1, 256, limit, baseline=baseline, clock=clock))
+    sim.run(1200)
+    steady = sim.limits(600)
+    assert 12 <= min(steady) and max(steady) <= 24, (min(steady), max(steady))
+    learnt = sim.made.learnt()
+    assert learnt is not None and learnt[1] >= 2.5 * baseline

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
-           "idempotency_keys", "web_sessions", "batch_tags"]
+           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags"]
 
 metadata = MetaData()
 
@@ -154,6 +154,19 @@ model_locks = Table(
     "model_locks",
     metadata,
     Column("model", String(200), primary_key=True),
+)
+
+# What each engine replica's adaptive concurrency limiter learnt, per model (store/engine_limits.py): a worker
+# that starts begins there.
+engine_limits = Table(
+    "engine_limits",
+    metadata,
+    Column("model", String(200), nullable=False),
+    Column("replica", String(2000), nullable=False),
+    Column("concurrency_limit", Integer, nullable=False),
+    Column("baseline_seconds", Float, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("model", "replica"),
 )
 
 # One row per organization and Idempotency-Key of a create (store/idempotency.py): a claim while the create runs

@@ -74,8 +74,10 @@ class ConcurrencyLimiter:
     ``on_change`` is called with the new limit each time it changes (a Prometheus gauge's ``set``)."""
 
     def __init__(self, min_limit: int, max_limit: int, initial: int | None = None, *,
-                 tolerance: float = TOLERANCE, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[int], None] | None = None) -> None:
+                 baseline: float | None = None, tolerance: float = TOLERANCE,
+                 clock: Callable[[], float] = time.monotonic, on_change: Callable[[int], None] | None = None) -> None:
+        """``initial`` and ``baseline``: where an earlier limiter of the replica left off (``learnt``): it starts
+        there, past its slow start, probing upwards from ``initial`` as from a limit the engine pushed back at."""
         if not 1 <= min_limit <= max_limit:
             raise ValueError("need 1 <= min_limit <= max_limit")
         start = min_limit if initial is None else initial  # at the bottom: the unloaded latency is measured first
@@ -96,11 +98,23 @@ class ConcurrencyLimiter:
         self._backed_off = -math.inf  # when the limit last shrank: overloads of calls sent before are old news
         self._windows = 0  # windows started so far
         self._filling: Window | None = None  # a window decided before all its calls were out: they go first
+        self._last_baseline = baseline  # the latest baseline measured (or learnt), kept across a relearning
+        if baseline is not None and initial is not None:
+            self._lows.append((0, baseline))
+            self._slow_start = False
+            self._ceiling = self._estimate
         self._window = self._start_window()
 
     @property
     def limit(self) -> int:
         return int(self._estimate)
+
+    def learnt(self) -> tuple[int, float] | None:
+        """(limit, baseline) once the engine has pushed back at least once, for a later limiter of the replica to
+        start from; None while the first climb goes on (a limit it has not finished finding)."""
+        if self._slow_start or self._last_baseline is None:
+            return None
+        return self.limit, self._last_baseline
 
     @property
     def in_flight(self) -> int:
@@ -262,6 +276,7 @@ class ConcurrencyLimiter:
             while self._lows and self._lows[-1][1] >= latency:
                 self._lows.pop()
             self._lows.append((self._windows, latency))
+            self._last_baseline = self._recent_low()
         return self._recent_low()
 
     def _recent_low(self) -> float:

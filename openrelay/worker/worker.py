@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
+import time
 
 from ..backoff import Backoff
 from ..catalog import ModelSpec
 from ..engines.factory import build_replicas
 from ..runtime import Runtime
+from ..store.engine_limits import Learnt
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
 from .dispatch import ModelGroups
@@ -27,6 +30,8 @@ from .run import BatchRun
 __all__ = ["Worker"]
 
 log = logging.getLogger("openrelay.worker")
+
+_KEEP_LIMITS_SECONDS = 5.0  # how often a worker writes what its adaptive limiters learnt (when it changed)
 
 
 class Worker:
@@ -41,15 +46,19 @@ class Worker:
         self._runs: set[str] = set()  # of those, the batches being run (not only finalized): max_batches counts them
         self._stop = asyncio.Event()
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
+        self._limits_kept: dict[str, dict[str, Learnt]] = {}  # per model: what its limiters learnt, as last kept
+        self._limits_kept_at = -math.inf
 
-    def gate(self, model: str) -> EngineGate:
+    def gate(self, model: str, learnt: dict[str, Learnt] | None = None) -> EngineGate:
         """The model's engine replicas, built on first use, behind the gate all its batches in this process
-        share; with ``concurrency = "auto"`` each replica has its own limiter."""
+        share; with ``concurrency = "auto"`` each replica has its own limiter, which starts from what an earlier
+        one of the replica ``learnt`` (``store/engine_limits.py``)."""
         if model not in self._gates:
             spec = self.rt.catalog.models[model]
             engines = build_replicas(spec)
             capacity = -(-spec.concurrency * spec.slots // len(engines))  # a fixed limit's share, rounded up
-            replicas = [Replica(model, name, engine, self.rt.settings, limiter=_limiter(spec), capacity=capacity)
+            replicas = [Replica(model, name, engine, self.rt.settings, capacity=capacity,
+                                limiter=_limiter(spec, (learnt or {}).get(name)))
                         for name, engine in engines]
             self._gates[model] = EngineGate(model, replicas, self.rt.settings, adaptive=spec.adaptive)
             self._groups[model] = ModelGroups()
@@ -60,6 +69,7 @@ class Worker:
         while not self._stop.is_set():
             try:
                 await self.tick()
+                await self.keep_learnt_limits()
             except Exception:  # keep the worker alive through a store hiccup; the next tick retries
                 log.exception("worker tick failed")
             try:
@@ -127,7 +137,10 @@ class Worker:
         elif batch.past_window():
             await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
         else:
-            gate = self.gate(batch.model)
+            learnt = None
+            if spec.adaptive and batch.model not in self._gates:
+                learnt = await asyncio.to_thread(self.rt.limits.learnt, batch.model)
+            gate = self.gate(batch.model, learnt)
             await BatchRun(self.rt, self.worker_id, batch, spec, gate, draining=lambda: self.draining,
                            groups=self._groups[batch.model]).run()
 
@@ -159,11 +172,32 @@ class Worker:
         for batch_id in held:
             # A clean stop hands its batches back at once instead of leaving them until the lease lapses.
             await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
+        try:
+            await self.keep_learnt_limits(force=True)
+        except Exception:  # the store is away: a later worker starts from what was kept before
+            log.exception("worker %s: keeping the learnt concurrency limits failed", self.worker_id)
         for gate in self._gates.values():
             await gate.aclose()
 
+    async def keep_learnt_limits(self, *, force: bool = False) -> None:
+        """What the adaptive limiters learnt goes to the store, every ``_KEEP_LIMITS_SECONDS`` (and when
+        stopping), for the models whose limiters changed since."""
+        clock = time.monotonic()
+        if not force and clock < self._limits_kept_at + _KEEP_LIMITS_SECONDS:
+            return
+        self._limits_kept_at = clock
+        for model, gate in self._gates.items():
+            states = {replica.name: Learnt(*state) for replica in gate.replicas
+                      if replica.limiter is not None and (state := replica.limiter.learnt()) is not None}
+            if states and states != self._limits_kept.get(model):
+                await asyncio.to_thread(self.rt.limits.save, model, states)
+                self._limits_kept[model] = states
 
-def _limiter(spec: ModelSpec) -> ConcurrencyLimiter | None:
+
+def _limiter(spec: ModelSpec, learnt: Learnt | None) -> ConcurrencyLimiter | None:
     if not spec.adaptive:
         return None
-    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency)
+    if learnt is None:
+        return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency)
+    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency, initial=learnt.limit,
+                              baseline=learnt.baseline_seconds)
