@@ -14,7 +14,7 @@ worker runs. On PostgreSQL the tables are ANALYZEd after the fill (autovacuum wo
 real store is, without ANALYZE.
 
 Then, per case, ``--requests`` timings of:
-- ``api``: ``service.batches.list_batches`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
+- ``api``: ``service.batches.list_batches_plan`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
 - ``dash``: ``service.dashboard.list_batch_page`` (a page of 25 and the summary of the filtered set: what the
   Batch page renders), in-process;
 - ``http api`` / ``http dash``: ``GET /v1/batches?...`` and ``GET /?...`` (the whole page rendered) against a real
@@ -47,6 +47,7 @@ from openrelay.runtime import Runtime, open_runtime  # noqa: E402
 from openrelay.service import batches as batch_service  # noqa: E402
 from openrelay.service import dashboard  # noqa: E402
 from openrelay.store.batches import _list_query  # noqa: E402
+from openrelay.store.compiled import run_plan  # noqa: E402
 from openrelay.store.schema import batches  # noqa: E402
 from openrelay.types import ApiKey, Batch, BatchStatus  # noqa: E402
 from tests.support.server import Server, create_pg_database, drop_pg_database, free_port  # noqa: E402
@@ -166,7 +167,7 @@ def explain(rt: Runtime, api: dict[str, str] | None, dash: dict[str, Any], key: 
 
     sa.event.listen(db.engine, "before_cursor_execute", capture)
     try:
-        dashboard.list_batch_page(rt, key, dashboard.BatchQuery(**dash))
+        dashboard.list_batch_page(rt.db, key, dashboard.BatchQuery(**dash))
     finally:
         sa.event.remove(db.engine, "before_cursor_execute", capture)
     found = []
@@ -241,13 +242,13 @@ def main() -> None:
         rows = []
         for name, api, dash in CASES:
             query = dashboard.BatchQuery(**dash)
-            page = dashboard.list_batch_page(rt, key, query)
+            page = dashboard.list_batch_page(rt.db, key, query)
             figures = {"rows": f"{page.summary.batches}"}
             if api is not None:
                 def api_call(api: dict[str, str] = api) -> bytes:
-                    return orjson.dumps(batch_service.list_batches(
-                        rt, key, limit=20, after=None, status=api.get("status"), model=api.get("model"),
-                        tag=api.get("tag")))
+                    return orjson.dumps(run_plan(rt.db, batch_service.list_batches_plan(
+                        rt.batches, key, limit=20, after=None, status=api.get("status"), model=api.get("model"),
+                        tag=api.get("tag"))))
 
                 def api_over_http(api: dict[str, str] = api) -> None:
                     assert api_http.get("/batches", params=api).status_code == 200
@@ -257,7 +258,7 @@ def main() -> None:
                     figures["http api"] = timed(api_over_http, args.requests)
 
             def dash_call(query: dashboard.BatchQuery = query) -> None:
-                dashboard.list_batch_page(rt, key, query)
+                dashboard.list_batch_page(rt.db, key, query)
 
             def dash_over_http(dash: dict[str, Any] = dash) -> None:
                 assert dash_http.get("/", params=_dash_params(dash)).status_code == 200

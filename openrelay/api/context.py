@@ -4,7 +4,6 @@ thread that tells the write hook, a read on the loop's executor, a compiled read
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -83,29 +82,27 @@ class ApiContext:
         finally:
             self.writes.wrote(key.org_id)
 
-    async def as_reader(self, request: Request, read: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``read(rt, key, ...)`` for a request that only reads, with the key from memory when it was checked
+    async def as_reader(self, request: Request, read: Callable[[ApiKey], T]) -> T:
+        """``read(key)`` for a request that only reads, with the key from memory when it was checked
         recently. The key's lookup, if needed, and the read share one hop to a thread; the loop's own executor,
         which costs half what ``run_in_threadpool`` does."""
-        rt, keys = self.rt, self.keys
+        keys = self.keys
         authorization = request.headers.get("authorization")
         key = keys.cached(authorization)
         loop = asyncio.get_running_loop()
         if key is not None:
-            return await loop.run_in_executor(None, functools.partial(read, rt, key, *args, **kwargs))
-        return await loop.run_in_executor(
-            None, lambda: read(rt, keys.for_read(authorization), *args, **kwargs))
+            return await loop.run_in_executor(None, read, key)
+        return await loop.run_in_executor(None, lambda: read(keys.for_read(authorization)))
 
-    async def by_plan(self, request: Request, make_plan: Callable[..., Plan[T]], *args: Any, **kwargs: Any) -> T:
-        """The answer of the plan ``make_plan(rt, key, ...)`` (``store.compiled``), run without leaving the event
+    async def by_plan(self, request: Request, make_plan: Callable[[ApiKey], Plan[T]]) -> T:
+        """The answer of the plan ``make_plan(key)`` (``store.compiled``), run without leaving the event
         loop: on SQLite straight on the loop (a local read is cheaper than a hop, see ``reads_are_local``), on
         PostgreSQL on the loop's own connections (``store.async_reads``). Only a key that is not in memory
         goes to a thread to be looked up."""
-        rt = self.rt
         authorization = request.headers.get("authorization")
         key = self.keys.cached(authorization)
         if key is None:
             key = await asyncio.get_running_loop().run_in_executor(None, self.keys.for_read, authorization)
         if self.loop_reads is None:
-            return run_plan(rt.db, make_plan(rt, key, *args, **kwargs), self._kept_here)
-        return await self.loop_reads.run(lambda: make_plan(rt, key, *args, **kwargs))
+            return run_plan(self.rt.db, make_plan(key), self._kept_here)
+        return await self.loop_reads.run(lambda: make_plan(key))

@@ -30,17 +30,19 @@ def add_file_routes(router: APIRouter, ctx: ApiContext) -> None:
     @router.get("/v1/files")
     async def list_files(request: Request, limit: int = 10_000, after: str | None = None,
                          purpose: str | None = None) -> Response:
-        return json_response(await ctx.as_reader(request, file_service.list_files, limit=limit, after=after,
-                                                 purpose=purpose))
+        return json_response(await ctx.as_reader(request, lambda key: file_service.list_files(
+            rt.files, key, limit=limit, after=after, purpose=purpose)))
 
     @router.get("/v1/files/{file_id}")
     async def get_file(request: Request, file_id: str) -> Response:
-        return json_response((await ctx.as_reader(request, file_service.get_file, file_id)).as_api())
+        record = await ctx.as_reader(request, lambda key: file_service.get_file(rt, key, file_id))
+        return json_response(record.as_api())
 
     @router.get("/v1/files/{file_id}/content")
     async def file_content(request: Request, file_id: str) -> Response:
         start = range_start(request.headers.get("range"))  # bytes=N-: what a follower has not read yet
-        record, chunks = await ctx.as_reader(request, file_service.file_content, file_id, start or 0)
+        record, chunks = await ctx.as_reader(
+            request, lambda key: file_service.file_content(rt, key, file_id, start or 0))
         if start is None:
             return StreamingResponse(chunks, media_type="application/octet-stream",
                                      headers={"content-length": str(record.bytes)})
@@ -56,5 +58,5 @@ def add_file_routes(router: APIRouter, ctx: ApiContext) -> None:
     @router.delete("/v1/files/{file_id}")
     async def delete_file(request: Request, file_id: str) -> Response:
         key = await ctx.writer(request)
-        return json_response(await run_in_threadpool(file_service.delete_file, rt, key, file_id))
+        return json_response(await run_in_threadpool(file_service.delete_file, rt.files, rt.blobs, key, file_id))
 

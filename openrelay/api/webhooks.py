@@ -20,15 +20,15 @@ def add_webhook_routes(router: APIRouter, ctx: ApiContext) -> None:
     async def create_webhook(request: Request) -> Response:
         key = await ctx.writer(request)
         raw = await request.body()
-        return json_response(await run_in_threadpool(webhook_service.create_webhook, rt, key, raw))
+        return json_response(await run_in_threadpool(webhook_service.create_webhook, rt.webhooks, rt.catalog, key, raw))
 
     @router.get("/v1/webhooks")
     async def list_webhooks(request: Request) -> Response:
         key = await ctx.writer(request)
-        return json_response(await run_in_threadpool(webhook_service.list_webhooks, rt, key))
+        return json_response(await run_in_threadpool(webhook_service.list_webhooks, rt.webhooks, key))
 
     @router.delete("/v1/webhooks/{webhook_id}")
     async def delete_webhook(request: Request, webhook_id: str) -> Response:
         key = await ctx.writer(request)
-        return json_response(await run_in_threadpool(webhook_service.delete_webhook, rt, key, webhook_id))
+        return json_response(await run_in_threadpool(webhook_service.delete_webhook, rt.webhooks, key, webhook_id))
 

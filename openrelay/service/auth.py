@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 
 from ..errors import BudgetExceeded, InsufficientScope, Unauthorized
-from ..runtime import Runtime
 from ..store.accounts import Accounts, hash_key
 from ..types import ApiKey
 
@@ -39,14 +38,14 @@ def _secret(authorization: str | None) -> str:
     return secret
 
 
-def authenticate(rt: Runtime, authorization: str | None) -> ApiKey:
+def authenticate(accounts: Accounts, authorization: str | None) -> ApiKey:
     """The caller's key as the store holds it now."""
-    return _live_key(rt.accounts, _secret(authorization))
+    return _live_key(accounts, _secret(authorization))
 
 
-def authenticate_secret(rt: Runtime, secret: str) -> ApiKey:
+def authenticate_secret(accounts: Accounts, secret: str) -> ApiKey:
     """The key of a secret given without a header (the dashboard's sign-in form), as the store holds it now."""
-    return _live_key(rt.accounts, secret.strip())
+    return _live_key(accounts, secret.strip())
 
 
 def _live_key(accounts: Accounts, secret: str) -> ApiKey:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..runtime import Runtime
+from ..store.batches import Batches
 from ..store.compiled import Plan, run_plan
 from ..types import ApiKey, Batch, BatchStatus, Scope
 from .auth import require
@@ -19,17 +19,17 @@ from .pages import list_page
 __all__ = ["create_batch", "get_batch", "get_batch_plan", "list_batches_plan", "cancel_batch", "replace_metadata"]
 
 
-def get_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:
-    return run_plan(rt.db, get_batch_plan(rt, key, batch_id))
+def get_batch(batches: Batches, key: ApiKey, batch_id: str) -> Batch:
+    return run_plan(batches.db, get_batch_plan(batches, key, batch_id))
 
 
-def get_batch_plan(rt: Runtime, key: ApiKey, batch_id: str) -> Plan[Batch]:
+def get_batch_plan(batches: Batches, key: ApiKey, batch_id: str) -> Plan[Batch]:
     """``get_batch`` as a plan of reads (``store.compiled``): the API runs it on its event loop."""
     require(key, Scope.BATCH_READ)
-    return (yield from rt.batches.get_plan(key.org_id, batch_id))
+    return (yield from batches.get_plan(key.org_id, batch_id))
 
 
-def list_batches_plan(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, status: str | None,
+def list_batches_plan(batches: Batches, key: ApiKey, *, limit: int, after: str | None, status: str | None,
                       model: str | None, tag: str | None) -> Plan[dict[str, Any]]:
     """A page of ``GET /v1/batches``, as a plan of reads."""
     require(key, Scope.BATCH_READ)
@@ -37,20 +37,20 @@ def list_batches_plan(rt: Runtime, key: ApiKey, *, limit: int, after: str | None
         raise InvalidRequest("limit must be between 1 and 100", param="limit")
     if status is not None and status not in {s.value for s in BatchStatus}:
         raise InvalidRequest(f"unknown status {status!r}", param="status")
-    found, more = yield from rt.batches.list_api_plan(key.org_id, limit=limit, after=after, status=status,
-                                                      model=model, tag=tag)
+    found, more = yield from batches.list_api_plan(key.org_id, limit=limit, after=after, status=status,
+                                                   model=model, tag=tag)
     return list_page(found, more)
 
 
-def cancel_batch(rt: Runtime, key: ApiKey, batch_id: str) -> Batch:
+def cancel_batch(batches: Batches, key: ApiKey, batch_id: str) -> Batch:
     require(key, Scope.BATCH_WRITE)
-    return rt.batches.request_cancel(key.org_id, batch_id)
+    return batches.request_cancel(key.org_id, batch_id)
 
 
-def replace_metadata(rt: Runtime, key: ApiKey, batch_id: str, raw: bytes) -> Batch:
+def replace_metadata(batches: Batches, key: ApiKey, batch_id: str, raw: bytes) -> Batch:
     require(key, Scope.BATCH_WRITE)
     body = json_object(raw)
     if "metadata" not in body:
         raise InvalidRequest("metadata is required (send {} to clear it)", param="metadata")
-    rt.batches.get(key.org_id, batch_id)  # 404 before 400: another organization learns nothing
-    return rt.batches.set_metadata(key.org_id, batch_id, check_metadata(body["metadata"]) or {})
+    batches.get(key.org_id, batch_id)  # 404 before 400: another organization learns nothing
+    return batches.set_metadata(key.org_id, batch_id, check_metadata(body["metadata"]) or {})

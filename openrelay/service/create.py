@@ -11,12 +11,14 @@ from typing import Any
 import msgspec
 import orjson
 
+from ..blobs.base import BlobStore
 from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import Catalog
 from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..ids import new_batch_id, new_file_id, now, now_ns
 from ..prefix import PROMPT_FIELDS
 from ..runtime import Runtime
+from ..store.files import Files
 from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
 from ..validation.lines import BOM
@@ -98,38 +100,42 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.batches.max_records,
                           collect_prefixes=dry_run or _may_group(rt.catalog, endpoint))
     if result.accepted == 0:
-        _refuse_no_valid_records(rt, key, result, store=not dry_run)
+        _refuse_no_valid_records(rt.files, rt.blobs, key, result, store=not dry_run)
     if dry_run:  # every check done: answer as the create would, making and storing nothing
-        batch = _new_batch(rt, key, result, batch_id="", endpoint=endpoint, priority=priority, metadata=metadata,
-                           input_file_id="", blob_key="", rejections_file_id=None)
-        return _dry_run_answer(rt, batch, result, source, input_file_id=None if blob_key == "" else input_file_id)
+        batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id="",
+                           endpoint=endpoint, priority=priority, metadata=metadata, input_file_id="", blob_key="",
+                           rejections_file_id=None)
+        return _dry_run_answer(rt.catalog, batch, result, source,
+                               input_file_id=None if blob_key == "" else input_file_id)
     if not blob_key:
         blob_key = file_key(input_file_id)
-        size = _store_inline(rt, blob_key, body["requests"])
+        size = _store_inline(rt.blobs, blob_key, body["requests"])
         new_files.append(_file_values(input_file_id, key, "batch", f"{batch_id}_requests.jsonl", size, blob_key))
-    _store_dispatch_order(rt, batch_id, result, blob_key, from_file="input_file_id" in body)
+    _store_dispatch_order(rt.blobs, rt.catalog, batch_id, result, blob_key, from_file="input_file_id" in body)
     rejections_file_id = None
     if result.rejections:
         rejections_file_id = new_file_id()
-        size = _store_rejections(rt, rejections_key(batch_id), result.rejections)
+        size = _store_rejections(rt.blobs, rejections_key(batch_id), result.rejections)
         new_files.append(_file_values(rejections_file_id, key, "batch_output", f"{batch_id}_rejections.jsonl",
                                       size, rejections_key(batch_id)))
-    batch = _new_batch(rt, key, result, batch_id=batch_id, endpoint=endpoint, priority=priority, metadata=metadata,
-                       input_file_id=input_file_id, blob_key=blob_key, rejections_file_id=rejections_file_id)
+    batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id=batch_id,
+                       endpoint=endpoint, priority=priority, metadata=metadata, input_file_id=input_file_id,
+                       blob_key=blob_key, rejections_file_id=rejections_file_id)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
     rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer)
     return raw_answer
 
 
-def _new_batch(rt: Runtime, key: ApiKey, result: ScanResult, *, batch_id: str, endpoint: str, priority: str,
-               metadata: dict[str, str] | None, input_file_id: str, blob_key: str,
+def _new_batch(key: ApiKey, result: ScanResult, *, window_seconds: int, batch_id: str, endpoint: str,
+               priority: str, metadata: dict[str, str] | None, input_file_id: str, blob_key: str,
                rejections_file_id: str | None) -> Batch:
-    """The batch a create makes of its scanned records, validating, created now."""
+    """The batch a create makes of its scanned records, validating, created now, expiring ``window_seconds``
+    later."""
     created = now()
     return Batch(
         id=batch_id, org_id=key.org_id, key_id=key.id, endpoint=endpoint, input_file_id=input_file_id,
         input_blob_key=blob_key, completion_window="24h", priority=priority, status=BatchStatus.VALIDATING,
-        model=result.model or "", created_at=created, expires_at=created + rt.settings.batches.window_seconds,
+        model=result.model or "", created_at=created, expires_at=created + window_seconds,
         total=result.total, failed=len(result.rejections), rejected_count=len(result.rejections),
         rejections_file_id=rejections_file_id, metadata=metadata,
     )
@@ -146,12 +152,12 @@ def _answer(batch: Batch, result: ScanResult, progress: dict[str, Any]) -> dict[
     return answer
 
 
-def _dry_run_answer(rt: Runtime, batch: Batch, result: ScanResult, source: Callable[[], Iterable[Any]], *,
+def _dry_run_answer(catalog: Catalog, batch: Batch, result: ScanResult, source: Callable[[], Iterable[Any]], *,
                     input_file_id: str | None) -> bytes:
     """The create's 200 as it would have been, for a batch that is not made: ``"id": null``, ``"dry_run": true``
     and ``openrelay.estimate`` (``service/estimate.py``). ``input_file_id`` is None for inline requests and
     ``rejected_records_file_id`` null: no file is stored for either."""
-    progress = {**unknown_progress(), "estimate": estimate(rt, source=source, result=result,
+    progress = {**unknown_progress(), "estimate": estimate(catalog, source=source, result=result,
                                                            endpoint=batch.endpoint, priority=batch.priority)}
     answer = _answer(batch, result, progress)
     answer["id"] = None
@@ -160,14 +166,15 @@ def _dry_run_answer(rt: Runtime, batch: Batch, result: ScanResult, source: Calla
     return orjson.dumps(answer)
 
 
-def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult, *, store: bool = True) -> None:
+def _refuse_no_valid_records(files: Files, blobs: BlobStore, key: ApiKey, result: ScanResult, *,
+                             store: bool = True) -> None:
     """``store``: keep the rejections as a file (not for a dry run, whose error names none)."""
     file_id = None
     if store:
         file_id = new_file_id()
         blob_key = refused_create_key(file_id)
-        size = _store_rejections(rt, blob_key, result.rejections)
-        rt.files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
+        size = _store_rejections(blobs, blob_key, result.rejections)
+        files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
                      size=size, blob_key=blob_key)
     raise NoValidRecords(
         f"all {result.total} records were rejected; see rejected_records" if result.total
@@ -181,11 +188,11 @@ def _refuse_no_valid_records(rt: Runtime, key: ApiKey, result: ScanResult, *, st
     )
 
 
-def _store_rejections(rt: Runtime, blob_key: str, rejections: list[Rejection]) -> int:
-    with rt.blobs.writer(blob_key) as out:
+def _store_rejections(blobs: BlobStore, blob_key: str, rejections: list[Rejection]) -> int:
+    with blobs.writer(blob_key) as out:
         for rejection in rejections:
             out.write(orjson.dumps(rejection.as_api()) + b"\n")
-    return rt.blobs.size(blob_key)
+    return blobs.size(blob_key)
 
 
 def _may_group(catalog: Catalog, endpoint: str) -> bool:
@@ -195,10 +202,11 @@ def _may_group(catalog: Catalog, endpoint: str) -> bool:
                                              for spec in catalog.models.values())
 
 
-def _store_dispatch_order(rt: Runtime, batch_id: str, result: ScanResult, blob_key: str, *, from_file: bool) -> None:
+def _store_dispatch_order(blobs: BlobStore, catalog: Catalog, batch_id: str, result: ScanResult, blob_key: str, *,
+                          from_file: bool) -> None:
     """The batch's dispatch order (``prefix.DispatchOrder``), when its model groups by prefix and at least two
     of its records share one; otherwise no blob, and the worker runs the records in input order."""
-    spec = rt.catalog.models.get(result.model or "")
+    spec = catalog.models.get(result.model or "")
     if result.prefixes is None or spec is None or not spec.prefix_grouping or not result.prefixes.may_share():
         return
     order = result.prefixes.order(rejected=(r.line for r in result.rejections))
@@ -206,19 +214,19 @@ def _store_dispatch_order(rt: Runtime, batch_id: str, result: ScanResult, blob_k
         return
     base = 0
     if from_file:  # the scan counts from the first line; a byte order mark before it stays in the stored file
-        with rt.blobs.open(blob_key) as handle:
+        with blobs.open(blob_key) as handle:
             base = len(BOM) if handle.read(len(BOM)) == BOM else 0
-    with rt.blobs.writer(dispatch_order_key(batch_id)) as out:
+    with blobs.writer(dispatch_order_key(batch_id)) as out:
         out.write(order.encoded(base))
 
 
-def _store_inline(rt: Runtime, blob_key: str, requests: list[msgspec.Raw]) -> int:
+def _store_inline(blobs: BlobStore, blob_key: str, requests: list[msgspec.Raw]) -> int:
     """One line per request, its bytes as sent. A newline in JSON can only be whitespace between tokens, so
     turning it into a space keeps every value as it was."""
-    with rt.blobs.writer(blob_key) as out:
+    with blobs.writer(blob_key) as out:
         for request in requests:
             out.write(bytes(request).replace(b"\n", b" ") + b"\n")
-    return rt.blobs.size(blob_key)
+    return blobs.size(blob_key)
 
 
 def _file_values(file_id: str, key: ApiKey, purpose: str, filename: str, size: int,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..catalog import ENDPOINTS
+from ..catalog import ENDPOINTS, Catalog
 from ..errors import InvalidRequest
-from ..runtime import Runtime
+from ..store.accounts import Accounts
 from ..store.batch_search import BatchQuery, Summary, search, summarize
+from ..store.db import Database
 from ..types import SHOWN_STATUSES, ApiKey, Batch, BatchStatus, Priority, Scope
 from ..types import shown_status as _shown_status
 from .auth import require
@@ -32,15 +33,15 @@ class BatchPage:
     summary: Summary
 
 
-def list_batch_page(rt: Runtime, key: ApiKey, query: BatchQuery, *, limit: int = 25,
+def list_batch_page(db: Database, key: ApiKey, query: BatchQuery, *, limit: int = 25,
                     after: str | None = None) -> BatchPage:
     require(key, Scope.BATCH_READ)
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}", param="limit")
     if query.status is not None and query.status not in _FILTER_STATUSES:
         raise InvalidRequest(f"unknown status {query.status!r}", param="status")
-    found, more = search(rt.db, key.org_id, query, limit=limit, after=after)
-    return BatchPage(batches=found, has_more=more, summary=summarize(rt.db, key.org_id, query))
+    found, more = search(db, key.org_id, query, limit=limit, after=after)
+    return BatchPage(batches=found, has_more=more, summary=summarize(db, key.org_id, query))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +51,7 @@ class CreateOptions:
     models: tuple[str, ...]
 
 
-def create_options(rt: Runtime, key: ApiKey) -> CreateOptions:
-    expedited = rt.accounts.org(key.org_id).expedited_enabled
+def create_options(accounts: Accounts, catalog: Catalog, key: ApiKey) -> CreateOptions:
+    expedited = accounts.org(key.org_id).expedited_enabled
     priorities = (Priority.STANDARD.value, *((Priority.EXPEDITED.value,) if expedited else ()))
-    return CreateOptions(endpoints=tuple(ENDPOINTS), priorities=priorities, models=tuple(rt.catalog.names()))
+    return CreateOptions(endpoints=tuple(ENDPOINTS), priorities=priorities, models=tuple(catalog.names()))

@@ -25,9 +25,8 @@ from typing import Any
 
 import msgspec
 
-from ..catalog import ModelSpec
+from ..catalog import Catalog, ModelSpec
 from ..engines.counting import counter_for
-from ..runtime import Runtime
 from ..validation.scan import Blocks, ScanResult
 
 __all__ = ["DEFAULT_MAX_TOKENS", "default_max_tokens", "output_limit", "estimate"]
@@ -60,10 +59,10 @@ def output_limit(endpoint: str, body: dict[str, Any], spec: ModelSpec) -> int:
     return default_max_tokens(spec)
 
 
-def estimate(rt: Runtime, *, source: Callable[[], Blocks], result: ScanResult, endpoint: str,
+def estimate(catalog: Catalog, *, source: Callable[[], Blocks], result: ScanResult, endpoint: str,
              priority: str) -> dict[str, Any]:
     """``openrelay.estimate`` of the records ``result`` accepted, read again from ``source``."""
-    spec = rt.catalog.models.get(result.model or "")
+    spec = catalog.models.get(result.model or "")
     found = {"input_tokens": 0, "max_output_tokens": 0, "min_cost_nano_usd": 0, "max_cost_nano_usd": 0,
              "tokens_counted": "exact", "reusable_prefix_tokens": 0, "reusable_prefix_counted": "approximate"}
     if spec is None:
@@ -72,7 +71,7 @@ def estimate(rt: Runtime, *, source: Callable[[], Blocks], result: ScanResult, e
         order = result.prefixes.order(rejected=(r.line for r in result.rejections))
         found["reusable_prefix_tokens"] = order.reusable_bytes() // _BYTES_PER_TOKEN
     counter = counter_for(spec)
-    price = spec.price(rt.catalog.factor(priority))
+    price = spec.price(catalog.factor(priority))
     n_ctx = int(spec.engine.get("n_ctx", _LLAMA_N_CTX)) if spec.engine.get("kind") == "llama-cpp" else None
     rejected = {r.line for r in result.rejections}
     exact = True

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..blobs.base import BlobStore
 from ..blobs.keys import file_key
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..ids import new_file_id
 from ..runtime import Runtime
+from ..store.files import Files
 from ..types import ApiKey, FileRecord, Scope
 from .auth import require
 from .pages import list_page
@@ -65,11 +67,11 @@ class Upload:
                                  filename=filename or "upload.jsonl", size=self.size, blob_key=self.blob_key)
 
 
-def list_files(rt: Runtime, key: ApiKey, *, limit: int, after: str | None, purpose: str | None) -> dict:
+def list_files(files: Files, key: ApiKey, *, limit: int, after: str | None, purpose: str | None) -> dict:
     require(key, Scope.FILES_READ)
     if not 1 <= limit <= 10_000:
         raise InvalidRequest("limit must be between 1 and 10000", param="limit")
-    found, more = rt.files.list(key.org_id, limit=limit, after=after, purpose=purpose)
+    found, more = files.list(key.org_id, limit=limit, after=after, purpose=purpose)
     return list_page([f.as_api() for f in found], more)
 
 
@@ -88,20 +90,20 @@ def file_content(rt: Runtime, key: ApiKey, file_id: str, start: int = 0) -> tupl
         return record, read_partial(rt.blobs, record, start)
     rt.blobs.size(record.blob_key)  # a missing blob fails here, before a response has started
     if start:
-        return record, _bytes_from(rt, record.blob_key, start)
+        return record, _bytes_from(rt.blobs, record.blob_key, start)
     return record, rt.blobs.iter_bytes(record.blob_key)
 
 
-def _bytes_from(rt: Runtime, blob_key: str, start: int) -> Iterator[bytes]:
-    with rt.blobs.open(blob_key) as handle:
+def _bytes_from(blobs: BlobStore, blob_key: str, start: int) -> Iterator[bytes]:
+    with blobs.open(blob_key) as handle:
         handle.seek(start)
         while piece := handle.read(1 << 16):
             yield piece
 
 
-def delete_file(rt: Runtime, key: ApiKey, file_id: str) -> dict:
+def delete_file(files: Files, blobs: BlobStore, key: ApiKey, file_id: str) -> dict:
     require(key, Scope.FILES_WRITE)
-    record, blob_free = rt.files.delete(key.org_id, file_id)
+    record, blob_free = files.delete(key.org_id, file_id)
     if blob_free:
-        rt.blobs.delete(record.blob_key)
+        blobs.delete(record.blob_key)
     return {"id": record.id, "object": "file", "deleted": True}

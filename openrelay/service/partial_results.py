@@ -13,6 +13,7 @@ from ..blobs.keys import error_key, output_key
 from ..errors import NotFound, no_such
 from ..ids import parse_result_file_id
 from ..runtime import Runtime
+from ..store.db import Database
 from ..store.result_segments import result_segments
 from ..types import Batch, FileRecord
 
@@ -54,15 +55,15 @@ def partial_file(rt: Runtime, org_id: str, file_id: str) -> FileRecord:
         raise no_such("File", file_id, param="file_id") from None
     if not batch.terminal:
         try:
-            return _snapshot(rt, batch, file_id, wanted.kind)
+            return _snapshot(rt.db, rt.blobs, batch, file_id, wanted.kind)
         except BlobMissing:
             pass  # it ended while its chunks were measured: they were composed, then deleted
     return rt.files.get(org_id, file_id)  # it ended after the first look: its row, if it has one, is there now
 
 
-def _snapshot(rt: Runtime, batch: Batch, file_id: str, kind: str) -> PartialFile:
-    found = result_segments(rt.db, batch.id, kind)
-    segments = tuple((s.key, rt.blobs.size(s.key) if s.size is None else s.size) for s in found)
+def _snapshot(db: Database, blobs: BlobStore, batch: Batch, file_id: str, kind: str) -> PartialFile:
+    found = result_segments(db, batch.id, kind)
+    segments = tuple((s.key, blobs.size(s.key) if s.size is None else s.size) for s in found)
     return PartialFile(id=file_id, org_id=batch.org_id, purpose="batch_output",
                        filename=f"{batch.id}_{kind}.jsonl", bytes=sum(size for _, size in segments),
                        created_at=batch.created_at, blob_key="", segments=segments,

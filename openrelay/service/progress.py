@@ -19,8 +19,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..runtime import Runtime
+from ..store.batches import Batches
 from ..store.compiled import Plan, run_plan
+from ..store.db import Database
 from ..store.queue import LiveState, queue_plan
 from ..store.throughput import WINDOW_SECONDS, window_totals
 from ..types import CLAIMABLE_VALUES, RECORDS_MAY_LAND_VALUES, ApiKey, Batch, BatchStatus, unknown_progress
@@ -95,9 +96,9 @@ def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
     return numbers
 
 
-def numbers_of(rt: Runtime, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
+def numbers_of(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
     """``numbers_plan`` run here (the dashboard's pages)."""
-    return run_plan(rt.db, numbers_plan(found))
+    return run_plan(db, numbers_plan(found))
 
 
 def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
@@ -107,20 +108,20 @@ def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
     return answer
 
 
-def answer_of(rt: Runtime, batch: Batch) -> dict[str, Any]:
+def answer_of(db: Database, batch: Batch) -> dict[str, Any]:
     """``answer_plan`` run here (the answers of cancel and metadata edits)."""
-    return run_plan(rt.db, answer_plan(batch))
+    return run_plan(db, answer_plan(batch))
 
 
-def batch_answer_plan(rt: Runtime, key: ApiKey, batch_id: str) -> Plan[dict[str, Any]]:
+def batch_answer_plan(batches: Batches, key: ApiKey, batch_id: str) -> Plan[dict[str, Any]]:
     """``GET /v1/batches/{id}``: the batch with its progress numbers."""
-    batch = yield from get_batch_plan(rt, key, batch_id)
+    batch = yield from get_batch_plan(batches, key, batch_id)
     return (yield from answer_plan(batch))
 
 
-def page_answer_plan(rt: Runtime, key: ApiKey, **query: Any) -> Plan[dict[str, Any]]:
+def page_answer_plan(batches: Batches, key: ApiKey, **query: Any) -> Plan[dict[str, Any]]:
     """``GET /v1/batches``: the page, each row with its progress numbers; one read per model of its live rows."""
-    page = yield from list_batches_plan(rt, key, **query)
+    page = yield from list_batches_plan(batches, key, **query)
     rows: list[dict[str, Any]] = page["data"]
     live: dict[str, LiveState] = {}
     for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):

@@ -16,10 +16,15 @@ from typing import Any
 
 import orjson
 
+from ..blobs.base import BlobStore
 from ..blobs.keys import rejections_key
 from ..errors import InvalidRequest, NotFound
 from ..runtime import Runtime
+from ..store.batches import Batches
+from ..store.db import Database
+from ..store.files import Files
 from ..store.result_segments import result_segments
+from ..store.results import Results
 from ..types import ApiKey, Batch, Scope
 from .auth import require
 from .batches import get_batch
@@ -46,19 +51,19 @@ class RecordPage:
     next_cursor: str | None  # where the next page starts; None: this was the last
 
 
-def _sources(rt: Runtime, batch: Batch) -> list[tuple[str, str]]:
+def _sources(db: Database, files: Files, batch: Batch) -> list[tuple[str, str]]:
     """(kind, blob key) of every blob holding this batch's result lines now, in the order they are browsed."""
     if batch.terminal:
         found = []
         for file_id in (batch.output_file_id, batch.error_file_id):
             if file_id:
                 try:
-                    found.append(("result", rt.files.get(batch.org_id, file_id).blob_key))
+                    found.append(("result", files.get(batch.org_id, file_id).blob_key))
                 except NotFound:
                     continue  # the owner deleted it
         return found
     # What the result files hold so far, as their partial reads see it (service/partial_results.py).
-    found = [("result", s.key) for kind in ("output", "error") for s in result_segments(rt.db, batch.id, kind)]
+    found = [("result", s.key) for kind in ("output", "error") for s in result_segments(db, batch.id, kind)]
     if batch.rejected_count:
         found.append(("rejection", rejections_key(batch.id)))
     return found
@@ -82,9 +87,9 @@ def _result_line(kind: str, raw: bytes) -> ResultLine | None:
     return ResultLine(custom_id=custom_id, ok=True, code=None, message=None, line=data)
 
 
-def _lines_from(rt: Runtime, key: str, offset: int) -> Iterator[tuple[int, bytes]]:
+def _lines_from(blobs: BlobStore, key: str, offset: int) -> Iterator[tuple[int, bytes]]:
     """(offset of the line, line) from ``offset`` on."""
-    with rt.blobs.open(key) as handle:
+    with blobs.open(key) as handle:
         handle.seek(offset)
         position = offset
         for raw in handle:
@@ -107,17 +112,17 @@ def _parse_cursor(cursor: str | None) -> tuple[int, int]:
 def browse_records(rt: Runtime, key: ApiKey, batch_id: str, *, kind: str = "all", code: str | None = None,
                    custom_id: str | None = None, cursor: str | None = None, limit: int = 20) -> RecordPage:
     """One page of result lines; ``custom_id`` matches as a substring, ``code`` exactly (errors only)."""
-    batch = get_batch(rt, key, batch_id)
+    batch = get_batch(rt.batches, key, batch_id)
     require(key, Scope.FILES_READ)  # result lines are the result files' content
     if kind not in RECORD_KINDS:
         raise InvalidRequest(f"kind must be one of: {', '.join(RECORD_KINDS)}", param="kind")
     limit = max(1, min(limit, MAX_PAGE))
     start_source, start_offset = _parse_cursor(cursor)
     found: list[ResultLine] = []
-    for index, (source_kind, blob_key) in enumerate(_sources(rt, batch)):
+    for index, (source_kind, blob_key) in enumerate(_sources(rt.db, rt.files, batch)):
         if index < start_source:
             continue
-        for position, raw in _lines_from(rt, blob_key, start_offset if index == start_source else 0):
+        for position, raw in _lines_from(rt.blobs, blob_key, start_offset if index == start_source else 0):
             if not raw.strip():
                 continue
             record = _result_line(source_kind, raw)
@@ -141,8 +146,8 @@ def error_summary(rt: Runtime, key: ApiKey, batch: Batch) -> list[tuple[str, int
     """(code, count) of every error line so far, create rejections and run-time errors together, most first."""
     require(key, Scope.BATCH_READ, Scope.FILES_READ)
     counts: Counter[str] = Counter()
-    for source_kind, blob_key in _sources(rt, batch):
-        for _position, raw in _lines_from(rt, blob_key, 0):
+    for source_kind, blob_key in _sources(rt.db, rt.files, batch):
+        for _position, raw in _lines_from(rt.blobs, blob_key, 0):
             if b'"error":null' in raw or not raw.strip():
                 continue  # a success line (orjson writes no spaces), skipped without parsing it
             record = _result_line(source_kind, raw)
@@ -151,11 +156,11 @@ def error_summary(rt: Runtime, key: ApiKey, batch: Batch) -> list[tuple[str, int
     return counts.most_common()
 
 
-def throughput(rt: Runtime, key: ApiKey, batch: Batch, buckets: int = 24) -> list[dict[str, int]]:
+def throughput(results: Results, key: ApiKey, batch: Batch, buckets: int = 24) -> list[dict[str, int]]:
     """Records and tokens settled per interval, from when each chunk became durable: at most ``buckets``
     intervals of equal length between the first and the last chunk."""
     require(key, Scope.BATCH_READ)
-    chunks = rt.results.chunk_times(batch.id)
+    chunks = results.chunk_times(batch.id)
     if not chunks:
         return []
     first, last = chunks[0][0], chunks[-1][0]
@@ -169,12 +174,13 @@ def throughput(rt: Runtime, key: ApiKey, batch: Batch, buckets: int = 24) -> lis
     return series
 
 
-def find_request(rt: Runtime, key: ApiKey, batch_id: str, custom_id: str) -> dict[str, Any] | None:
+def find_request(batches: Batches, blobs: BlobStore, key: ApiKey, batch_id: str,
+                 custom_id: str) -> dict[str, Any] | None:
     """The input record with this custom_id (the first one), read from the batch's input; None when absent."""
-    batch = get_batch(rt, key, batch_id)
+    batch = get_batch(batches, key, batch_id)
     require(key, Scope.FILES_READ)
     needle = orjson.dumps(custom_id)[1:-1]  # as the text is spelled inside a JSON string, most often
-    with rt.blobs.open(batch.input_blob_key) as handle:
+    with blobs.open(batch.input_blob_key) as handle:
         for raw in handle:
             if needle not in raw:
                 continue

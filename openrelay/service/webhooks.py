@@ -10,7 +10,6 @@ from typing import Any
 from ..catalog import Catalog
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest
-from ..runtime import Runtime
 from ..store.webhook_endpoints import WebhookEndpoint
 from ..store.webhooks import WebhookStore
 from ..types import ApiKey, Scope
@@ -55,25 +54,25 @@ def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, e
 # -- the API ----------------------------------------------------------------------------------------------------
 
 
-def create_webhook(rt: Runtime, key: ApiKey, raw: bytes) -> dict[str, Any]:
+def create_webhook(store: WebhookStore, catalog: Catalog, key: ApiKey, raw: bytes) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     body = json_object(raw)
     reject_unrecognized(body, _CREATE_FIELDS)
     if "url" not in body:
         raise InvalidRequest("url is required", param="url")
-    endpoint, secret = register_endpoint(rt.webhooks, rt.catalog, key.org_id, body["url"])
+    endpoint, secret = register_endpoint(store, catalog, key.org_id, body["url"])
     return {**endpoint.as_api(), "secret": secret}
 
 
-def list_webhooks(rt: Runtime, key: ApiKey) -> dict[str, Any]:
+def list_webhooks(store: WebhookStore, key: ApiKey) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     # Every endpoint fits one page (at most MAX_ENDPOINTS), so there is never more.
-    return list_page([endpoint.as_api() for endpoint in rt.webhooks.list_endpoints(key.org_id)], has_more=False)
+    return list_page([endpoint.as_api() for endpoint in store.list_endpoints(key.org_id)], has_more=False)
 
 
-def delete_webhook(rt: Runtime, key: ApiKey, webhook_id: str) -> dict[str, Any]:
+def delete_webhook(store: WebhookStore, key: ApiKey, webhook_id: str) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
-    removed = rt.webhooks.remove_endpoint(webhook_id, key.org_id)
+    removed = store.remove_endpoint(webhook_id, key.org_id)
     return {"id": removed.id, "object": "webhook_endpoint.deleted", "deleted": True}
 
 

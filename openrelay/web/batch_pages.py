@@ -32,8 +32,8 @@ RECORDS_PAGE = 20
 
 def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def detail(request: Request, signed: SignedInSession, batch_id: str) -> Response:
-        batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
-        progress = (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id]
+        batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
+        progress = (await run_in_threadpool(progress_service.numbers_of, rt.db, [batch]))[batch.id]
         view = BatchView(batch, time.time(), progress)
         if request.query_params.get("fragment") == "live":
             return render("_batch_live.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS)
@@ -41,16 +41,17 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
 
     async def request_of(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         custom_id = request.query_params.get("custom_id") or ""
-        found = await run_in_threadpool(record_service.find_request, rt, signed.key, batch_id, custom_id)
+        found = await run_in_threadpool(record_service.find_request, rt.batches, rt.blobs, signed.key, batch_id,
+                                        custom_id)
         return render("_request.html", signed=signed, record=found, custom_id=custom_id)
 
     async def cancel(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         try:
-            await run_in_threadpool(batch_service.cancel_batch, rt, signed.key, batch_id)
+            await run_in_threadpool(batch_service.cancel_batch, rt.batches, signed.key, batch_id)
         except OpenRelayError as exc:
             if exc.status != 409:
                 raise
-            batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+            batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
             return await _detail_page(rt, request, signed, batch, status=409, problem=exc.message)
         return redirect(f"/batches/{batch_id}")
 
@@ -58,10 +59,10 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
         form = await request.form()
         try:
             wanted = _metadata_from_editor(form)
-            await run_in_threadpool(batch_service.replace_metadata, rt, signed.key, batch_id,
+            await run_in_threadpool(batch_service.replace_metadata, rt.batches, signed.key, batch_id,
                                     orjson.dumps({"metadata": wanted}))
         except InvalidRequest as exc:
-            batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+            batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
             return await _detail_page(rt, request, signed, batch, status=400, problem=exc.message)
         return redirect(f"/batches/{batch_id}#metadata")
 
@@ -71,7 +72,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
         except OpenRelayError as exc:
             if exc.status not in (400, 402, 409, 413):
                 raise
-            batch = await run_in_threadpool(batch_service.get_batch, rt, signed.key, batch_id)
+            batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
             return await _detail_page(rt, request, signed, batch, status=exc.status, problem=exc.message)
         return redirect(f"/batches/{orjson.loads(made)['id']}")
 
@@ -103,7 +104,8 @@ def _metadata_from_editor(form: Any) -> dict[str, str]:
 async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, batch: Batch, *, status: int = 200,
                        problem: str | None = None) -> Response:
     q = request.query_params
-    view = BatchView(batch, time.time(), (await run_in_threadpool(progress_service.numbers_of, rt, [batch]))[batch.id])
+    progress = (await run_in_threadpool(progress_service.numbers_of, rt.db, [batch]))[batch.id]
+    view = BatchView(batch, time.time(), progress)
     browse = {"kind": q.get("kind") or "all", "code": q.get("code") or None, "custom_id": q.get("cid") or None,
               "cursor": q.get("at") or None}
     records = summary = None
@@ -112,7 +114,7 @@ async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, b
         records = await run_in_threadpool(lambda: record_service.browse_records(
             rt, signed.key, batch.id, limit=RECORDS_PAGE, **browse))
         summary = await run_in_threadpool(record_service.error_summary, rt, signed.key, batch)
-    series = await run_in_threadpool(record_service.throughput, rt, signed.key, batch)
+    series = await run_in_threadpool(record_service.throughput, rt.results, signed.key, batch)
     peak = max((s["records"] for s in series), default=0)
     params = list(q.multi_items())
     return render("batch.html", status, signed=signed, b=view, poll=LIVE_POLL_SECONDS, problem=problem,

@@ -78,7 +78,7 @@ def dashboard_route(rt: Runtime, *, write: OrgWrites | None = None,
             session_id = request.cookies.get(SESSION_COOKIE)
             signed: SignedInSession | None = None
             try:
-                key = await run_in_threadpool(session_key, rt, session_id)
+                key = await run_in_threadpool(session_key, rt.accounts, rt.sessions, session_id)
                 signed = SignedInSession(key=key, csrf=csrf_for(session_id or ""))
                 if write is not None and not streamed:
                     require_csrf(signed, (await request.form()).get("csrf"))

@@ -78,7 +78,7 @@ def _sign_in_routes(router: APIRouter, rt: Runtime) -> None:
         try:
             if not isinstance(api_key, str) or not api_key.strip():
                 raise Unauthorized("Paste an API key to sign in.")
-            session_id, _key = await run_in_threadpool(sign_in, rt, api_key)
+            session_id, _key = await run_in_threadpool(sign_in, rt.accounts, rt.sessions, api_key)
         except Unauthorized as exc:
             return login_form(request, 401, exc.message)
         response = redirect(_safe_next(form.get("next")))
@@ -91,7 +91,7 @@ def _sign_in_routes(router: APIRouter, rt: Runtime) -> None:
         form = await request.form()
         if not csrf_matches(csrf_for(session_id), form.get("csrf")) or not session_id:
             return error_page(CsrfRefused("Sign-out refused: the form's CSRF token is missing or wrong."), None)
-        await run_in_threadpool(sign_out, rt, session_id)
+        await run_in_threadpool(sign_out, rt.sessions, session_id)
         response = redirect("/login")
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
@@ -126,9 +126,9 @@ def _list_routes(router: APIRouter, rt: Runtime) -> None:
     async def batch_page(request: Request, signed: SignedInSession) -> Response:
         query = _batch_query(request)
         after = request.query_params.get("after") or None
-        page = await run_in_threadpool(dashboard.list_batch_page, rt, signed.key, query, limit=PAGE_SIZE,
+        page = await run_in_threadpool(dashboard.list_batch_page, rt.db, signed.key, query, limit=PAGE_SIZE,
                                        after=after)
-        numbers = await run_in_threadpool(progress_service.numbers_of, rt, page.batches)
+        numbers = await run_in_threadpool(progress_service.numbers_of, rt.db, page.batches)
         now = time.time()
         views = [BatchView(b, now, numbers[b.id]) for b in page.batches]
         params = list(request.query_params.multi_items())
@@ -208,10 +208,10 @@ def _new_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
 async def _render_new(rt: Runtime, request: Request, signed: SignedInSession, *, status: int = 200,
                       refused: NoValidRecords | None = None, failed: OpenRelayError | None = None,
                       form: Any = None, estimate: dict[str, Any] | None = None) -> Response:
-    options = await run_in_threadpool(dashboard.create_options, rt, signed.key)
+    options = await run_in_threadpool(dashboard.create_options, rt.accounts, rt.catalog, signed.key)
     files: list[dict[str, Any]] = []
     if signed.can(Scope.FILES_READ):
-        listed = await run_in_threadpool(file_service.list_files, rt, signed.key, limit=100, after=None,
+        listed = await run_in_threadpool(file_service.list_files, rt.files, signed.key, limit=100, after=None,
                                          purpose="batch")
         files = listed["data"]
     chosen = (form.get("input_file_id") if form is not None else None) or request.query_params.get("input_file_id")
@@ -225,7 +225,7 @@ async def _render_new(rt: Runtime, request: Request, signed: SignedInSession, *,
 def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def files_page(request: Request, signed: SignedInSession) -> Response:
         after = request.query_params.get("after") or None
-        listed = await run_in_threadpool(file_service.list_files, rt, signed.key, limit=50, after=after,
+        listed = await run_in_threadpool(file_service.list_files, rt.files, signed.key, limit=50, after=after,
                                          purpose=None)
         return render("files.html", signed=signed, files=listed["data"], has_more=listed["has_more"],
                       last_id=listed["last_id"])
@@ -237,7 +237,7 @@ def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
             "content-disposition": _attachment(record.filename)})
 
     async def delete(request: Request, signed: SignedInSession, file_id: str) -> Response:
-        await run_in_threadpool(file_service.delete_file, rt, signed.key, file_id)
+        await run_in_threadpool(file_service.delete_file, rt.files, rt.blobs, signed.key, file_id)
         return redirect("/files")
 
     router.add_route("/files", dashboard_route(rt)(files_page), methods=["GET"])

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import time
 
-from ..runtime import Runtime
+from ..config import WorkerSettings
+from ..store.batches import Batches
 from ..types import BatchStatus
 
 __all__ = ["LeaseKeeper"]
@@ -18,29 +19,30 @@ class LeaseKeeper:
     """``run`` reads the batch every tick (to see a cancel) and renews the lease every third of its length. A store
     error is tried again next tick; once the lease may have lapsed unrenewed, the run counts it as lost."""
 
-    def __init__(self, rt: Runtime, batch_id: str, worker_id: str) -> None:
-        self.rt = rt
+    def __init__(self, batches: Batches, settings: WorkerSettings, batch_id: str, worker_id: str) -> None:
+        self.batches = batches
+        self.settings = settings
         self.batch_id = batch_id
         self.worker_id = worker_id
         self.cancelled = False  # the batch is cancelling: take no more records
         self.lost = False  # another worker may hold the batch now: write nothing more, finalize nothing
 
     async def run(self) -> None:
-        settings = self.rt.settings
+        settings = self.settings
         renewed = time.monotonic()
         while not self.lost:
-            await asyncio.sleep(settings.worker.tick_seconds)
+            await asyncio.sleep(settings.tick_seconds)
             try:
-                if time.monotonic() - renewed >= settings.worker.lease_seconds / 3:
-                    current = await asyncio.to_thread(self.rt.batches.renew_lease, self.batch_id, self.worker_id,
-                                                      settings.worker.lease_seconds)
+                if time.monotonic() - renewed >= settings.lease_seconds / 3:
+                    current = await asyncio.to_thread(self.batches.renew_lease, self.batch_id, self.worker_id,
+                                                      settings.lease_seconds)
                     renewed = time.monotonic()
                 else:
-                    current = await asyncio.to_thread(self.rt.batches.by_id, self.batch_id)
+                    current = await asyncio.to_thread(self.batches.by_id, self.batch_id)
                     current = current if current.lease_owner == self.worker_id else None
             except Exception as exc:
                 log.warning("batch %s: heartbeat failed (%s: %s)", self.batch_id, exc.__class__.__name__, exc)
-                if time.monotonic() - renewed < settings.worker.lease_seconds:
+                if time.monotonic() - renewed < settings.lease_seconds:
                     continue
                 current = None
             if current is None:

@@ -68,7 +68,7 @@ class BatchRun:
         self.gate = gate
         self.price = spec.price(rt.catalog.factor(batch.priority))
         self.settings = rt.settings
-        self.keeper = LeaseKeeper(rt, batch.id, worker_id)
+        self.keeper = LeaseKeeper(rt.batches, rt.settings.worker, batch.id, worker_id)
         self._draining = draining  # the worker is stopping: take no more records, hand the batch back
         self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
         self.writer: ChunkWriter | None = None
