@@ -1,8 +1,9 @@
 """The one error tree of OpenRelay.
 
 Every error a client can see is an ``OpenRelayError`` carrying its HTTP status, OpenAI ``type`` and ``code``;
-``OpenRelayError.envelope`` is the one builder of the OpenAI envelope, and ``api/errors.py`` the one place that
-puts it on the wire (route handlers, middlewares and the connection alike)::
+``error_envelope`` is the one builder of the OpenAI envelope (``OpenRelayError.envelope``, the engines' refusals
+and the CLI's own errors use it), and ``api/errors.py`` the one place that puts it on the wire (route handlers,
+middlewares and the connection alike)::
 
     OpenRelayError                       500 server_error            also the unexpected error (api/guard.py)
     ├── InvalidRequest                   400 invalid_request_error   bad field, with ``param``
@@ -40,6 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "error_envelope",
     "OpenRelayError",
     "InvalidRequest",
     "NoValidRecords",
@@ -64,6 +66,15 @@ __all__ = [
 ]
 
 
+def error_envelope(message: str, *, type_: str = "invalid_request_error", code: str | None = None,
+                   param: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The OpenAI error envelope, ``{"error": {"message", "type", "code", "param", ...extra}}``."""
+    body: dict[str, Any] = {"message": message, "type": type_, "code": code, "param": param}
+    if extra:
+        body.update(extra)
+    return {"error": body}
+
+
 class OpenRelayError(Exception):
     status = 500
     type = "server_error"
@@ -81,10 +92,8 @@ class OpenRelayError(Exception):
         self.extra = extra or {}
 
     def envelope(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"message": self.public_message or self.message, "type": self.type,
-                                "code": self.code, "param": self.param}
-        body.update(self.extra)
-        return {"error": body}
+        return error_envelope(self.public_message or self.message, type_=self.type, code=self.code,
+                              param=self.param, extra=self.extra)
 
 
 class InvalidRequest(OpenRelayError):

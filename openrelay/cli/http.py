@@ -17,6 +17,8 @@ import httpx
 import orjson
 import typer
 
+from ..errors import error_envelope
+
 __all__ = [
     "DEFAULT_BASE_URL",
     "ApiClient",
@@ -80,10 +82,6 @@ def exit_code(status: int, code: str | None = None) -> int:
     return 1
 
 
-def _envelope(message: str, type_: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "code": code, "param": None}}
-
-
 def _error_from(resp: httpx.Response) -> ApiError:
     """Keep the server's envelope as is; wrap anything else (a proxy's HTML, FastAPI's ``detail``) in one."""
     try:
@@ -93,7 +91,7 @@ def _error_from(resp: httpx.Response) -> ApiError:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return ApiError(resp.status_code, body)
     text = resp.text.strip()[:500] or resp.reason_phrase or f"HTTP {resp.status_code}"
-    return ApiError(resp.status_code, _envelope(text, "http_error"))
+    return ApiError(resp.status_code, error_envelope(text, type_="http_error"))
 
 
 class ApiClient:
@@ -220,9 +218,9 @@ def run(body: Callable[[ApiClient], object]) -> None:
         raise _fail(exc.body, exc.message, exit_code(exc.status, exc.code)) from None
     except httpx.HTTPError as exc:
         message = f"cannot talk to {client.base_url}: {exc or type(exc).__name__}"
-        raise _fail(_envelope(message, "connection_error"), message, 1) from None
+        raise _fail(error_envelope(message, type_="connection_error"), message, 1) from None
     except BadResponse as exc:
-        raise _fail(_envelope(str(exc), "invalid_response"), str(exc), 1) from None
+        raise _fail(error_envelope(str(exc), type_="invalid_response"), str(exc), 1) from None
     except OSError as exc:
         # A local file that cannot be read or written; not the server's doing, but still "unexpected".
-        raise _fail(_envelope(str(exc), "local_error"), str(exc), 1) from None
+        raise _fail(error_envelope(str(exc), type_="local_error"), str(exc), 1) from None

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..errors import OpenRelayError
 
-__all__ = ["Engine", "EngineReply", "EngineUnavailable", "error_body"]
+__all__ = ["Engine", "EngineReply", "EngineUnavailable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,3 @@ class Engine(Protocol):
 
     async def aclose(self) -> None: ...
 
-
-def error_body(message: str, *, type_: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}

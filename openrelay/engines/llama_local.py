@@ -13,7 +13,8 @@ import time
 import uuid
 from typing import Any
 
-from .base import EngineReply, EngineUnavailable, error_body
+from ..errors import error_envelope
+from .base import EngineReply, EngineUnavailable
 from .packaged import packaged_file as resolve_gguf  # ``package:file.gguf``: a model shipped inside a package
 from .responses_local import chat_request, response_object
 from .threads import EngineThreads
@@ -56,16 +57,16 @@ class LlamaCppEngine:
         if endpoint == "/v1/responses":
             return await self._respond(body)
         if endpoint != "/v1/chat/completions":
-            return EngineReply(400, error_body(f"{self.model_name} serves only /v1/chat/completions and "
-                                              "/v1/responses"))
+            return EngineReply(400, error_envelope(f"{self.model_name} serves only /v1/chat/completions and "
+                                                   "/v1/responses"))
         messages = body.get("messages")
         problem = _messages_problem(messages)
         if problem is not None:
-            return EngineReply(400, error_body(problem))
+            return EngineReply(400, error_envelope(problem))
         kwargs = {k: body[k] for k in _PASSED if k in body}
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
         if type(max_tokens) is not int or max_tokens < 1:
-            return EngineReply(400, error_body(f"max_tokens must be a positive integer (got {max_tokens!r:.50})"))
+            return EngineReply(400, error_envelope(f"max_tokens must be a positive integer (got {max_tokens!r:.50})"))
         kwargs["max_tokens"] = max_tokens
         return await self._complete(messages, kwargs)
 
@@ -73,7 +74,7 @@ class LlamaCppEngine:
         """``/v1/responses``: the request run as a chat, answered as a Response object (``responses_local``)."""
         request = chat_request(body, default_max_tokens=self.default_max_tokens, model_name=self.model_name)
         if isinstance(request, str):
-            return EngineReply(400, error_body(request))
+            return EngineReply(400, error_envelope(request))
         reply = await self._complete(request.messages, {"max_tokens": request.max_output_tokens,
                                                         "temperature": request.temperature,
                                                         "top_p": request.top_p})
@@ -95,7 +96,7 @@ class LlamaCppEngine:
         try:
             result = await asyncio.shield(run)
         except Exception as exc:  # noqa: BLE001 - llama.cpp's chat template and sampler raise many kinds
-            return EngineReply(400, error_body(f"{exc.__class__.__name__}: {exc}"[:2000]))
+            return EngineReply(400, error_envelope(f"{exc.__class__.__name__}: {exc}"[:2000]))
         result["id"] = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         result["created"] = int(time.time())
         return EngineReply(200, result)

@@ -19,7 +19,8 @@ import asyncio
 import base64
 from typing import Any
 
-from .base import EngineReply, error_body
+from ..errors import error_envelope
+from .base import EngineReply
 from .packaged import packaged_file
 from .threads import EngineThreads
 
@@ -90,24 +91,25 @@ class OnnxEmbeddingsEngine:
 
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         if endpoint != "/v1/embeddings":
-            return EngineReply(400, error_body(f"{self.model_name} serves only /v1/embeddings"))
+            return EngineReply(400, error_envelope(f"{self.model_name} serves only /v1/embeddings"))
         texts = _texts(body.get("input"))
         if isinstance(texts, str):
-            return EngineReply(400, error_body(texts))
+            return EngineReply(400, error_envelope(texts))
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
-            return EngineReply(400, error_body(f"encoding_format must be \"float\" or \"base64\", not {encoding!r}"))
+            return EngineReply(400, error_envelope(
+                f"encoding_format must be \"float\" or \"base64\", not {encoding!r}"))
         try:
             model = await self._loaded()
             dimensions = body.get("dimensions")
             if dimensions is not None and dimensions != model.dimensions:
-                return EngineReply(400, error_body(f"{self.model_name} gives {model.dimensions} dimensions only, "
-                                                   f"not {dimensions!r}"))
+                return EngineReply(400, error_envelope(f"{self.model_name} gives {model.dimensions} dimensions only, "
+                                                       f"not {dimensions!r}"))
             async with self._running:
                 vectors, tokens = await self._threads.run(model.embed, texts)
         except Exception as exc:  # the engine's boundary: whatever breaks in onnxruntime is a 500 of this record
-            return EngineReply(500, error_body(f"{self.model_name} failed: {exc.__class__.__name__}: {exc}",
-                                               type_="server_error"))
+            return EngineReply(500, error_envelope(f"{self.model_name} failed: {exc.__class__.__name__}: {exc}",
+                                                   type_="server_error"))
         data = [{"object": "embedding", "index": i, "embedding": _encode(v, encoding)} for i, v in enumerate(vectors)]
         return EngineReply(200, {"object": "list", "data": data, "model": self.model_name,
                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})

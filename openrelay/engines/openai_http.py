@@ -16,7 +16,8 @@ import orjson
 from pyreqwest.client import Client, ClientBuilder
 from pyreqwest.exceptions import PyreqwestError, RequestTimeoutError
 
-from .base import EngineReply, EngineUnavailable, error_body
+from ..errors import error_envelope
+from .base import EngineReply, EngineUnavailable
 
 __all__ = ["OpenAIEngine"]
 
@@ -60,7 +61,7 @@ class OpenAIEngine:
             # msgspec writes integers of any size with every digit (orjson refuses those past 64 bits).
             payload = _encode(body)
         except (msgspec.EncodeError, TypeError, ValueError, RecursionError) as exc:  # this record's problem only
-            return EngineReply(400, error_body(f"the request body cannot be sent: {exc}"))
+            return EngineReply(400, error_envelope(f"the request body cannot be sent: {exc}"))
         try:
             response = await self._http().post(self._url(endpoint)).body_bytes(payload).build().send()
             status, content = response.status, (await response.bytes()).to_bytes()
@@ -76,7 +77,7 @@ class OpenAIEngine:
             text = content[:500].decode("utf-8", "replace")
             status = status if status >= 400 else 502
             kind = "server_error" if status >= 500 else "invalid_request_error"
-            return EngineReply(status, error_body(f"engine answered a non-JSON body: {text}", type_=kind))
+            return EngineReply(status, error_envelope(f"engine answered a non-JSON body: {text}", type_=kind))
         return EngineReply(status, parsed)
 
     async def healthy(self) -> bool:

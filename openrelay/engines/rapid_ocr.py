@@ -29,7 +29,8 @@ import time
 import uuid
 from typing import Any
 
-from .base import EngineReply, error_body
+from ..errors import error_envelope
+from .base import EngineReply
 from .threads import EngineThreads
 
 __all__ = ["IMAGE_TOKENS", "MAX_IMAGE_PIXELS", "RapidOcrEngine", "text_tokens"]
@@ -75,20 +76,20 @@ class RapidOcrEngine:
 
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         if endpoint != "/v1/chat/completions":
-            return EngineReply(400, error_body(f"{self.model_name} serves only /v1/chat/completions"))
+            return EngineReply(400, error_envelope(f"{self.model_name} serves only /v1/chat/completions"))
         try:
             images, prompt_text = _request(body)
         except _BadRequest as exc:
-            return EngineReply(400, error_body(str(exc)))
+            return EngineReply(400, error_envelope(str(exc)))
         try:
             ocr = await self._loaded()
             async with self._running:
                 texts = await self._threads.run(_read_all, ocr, images, self.max_image_pixels)
         except _BadRequest as exc:
-            return EngineReply(400, error_body(str(exc)))
+            return EngineReply(400, error_envelope(str(exc)))
         except Exception as exc:  # the engine's boundary: whatever breaks in the OCR library is a 500 of this record
-            return EngineReply(500, error_body(f"{self.model_name} failed: {exc.__class__.__name__}: {exc}",
-                                               type_="server_error"))
+            return EngineReply(500, error_envelope(f"{self.model_name} failed: {exc.__class__.__name__}: {exc}",
+                                                   type_="server_error"))
         answer, finish = "\n\n".join(texts), "stop"
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if isinstance(limit, int) and text_tokens(answer) > limit:

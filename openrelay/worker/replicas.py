@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from ..backoff import Backoff
 from ..config import Settings
-from ..engines.base import Engine, EngineReply, EngineUnavailable, error_body
+from ..engines.base import Engine, EngineReply, EngineUnavailable
+from ..errors import error_envelope
 from ..metrics import ENGINE_CONCURRENCY_LIMIT, ENGINE_IN_FLIGHT, ENGINE_UP
 from .limiter import ConcurrencyLimiter, outcome_for_status
 from .limiter import Outcome as Lesson
@@ -94,7 +95,7 @@ class Replica:
             except EngineUnavailable as exc:
                 # A timeout is the engine too slow to answer: the limiter backs off as for a 429.
                 seen = Lesson.OVERLOAD if "timed out" in exc.message else Lesson.ERROR
-                reply = EngineReply(503, error_body(exc.message, type_="server_error", code="engine_unavailable"))
+                reply = EngineReply(503, error_envelope(exc.message, type_="server_error", code="engine_unavailable"))
                 return reply, "no_answer"
             status = reply.status_code
             seen = outcome_for_status(status)
