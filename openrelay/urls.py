@@ -1,22 +1,7 @@
-"""http(s) URLs in the one form an allow-list compares and a client then connects to.
-
-An allow-list that compares a URL as written while the HTTP client (or the server) reads it another way admits
-what it should not: ``/mcp/../admin`` starts with ``/mcp/`` as a string, yet httpx sends ``/admin``, and a server
-that decodes ``/mcp/%2e%2e/admin`` before resolving its dots lands on ``/admin`` too. So a URL is normalized
-first, and what is checked is exactly what is sent:
-
-- the scheme and host lower-cased, the port made explicit (80 / 443 when not written); no userinfo;
-- in the path, percent-escapes of unreserved characters (letters, digits, ``-._~``) decoded, so ``%2e`` is a dot
-  (RFC 3986 section 6.2.2.2), the other escapes kept with upper-case hex;
-- runs of slashes collapsed (``//`` is an empty segment that servers such as nginx merge away), then dot segments
-  removed (RFC 3986 section 5.2.4); a trailing slash is kept;
-- the fragment dropped (it is never sent); the query kept as written.
-
-Refused, as shapes that servers read in more than one way: characters outside printable ASCII, spaces and
-backslashes anywhere; in the path an encoded slash or backslash (``%2F``, ``%5C``, a separator to some servers
-and not to others), a malformed escape (``%zz``), and a dot segment carrying parameters (``..;x``, a dot segment
-to Tomcat and Jetty).
-"""
+"""http(s) URLs in the one form an allow-list compares and a client then connects to: normalized (scheme and host
+lower-cased, the port explicit, escapes of unreserved characters decoded, runs of slashes merged, dot segments
+removed), or refused where servers would read them in more than one way. Each rule, and why: docs/design.md,
+"URLs in one form"."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Body limits of the JSON routes: a pure ASGI middleware in front of the app.
-
-A create (a POST to ``create_path``, ``/v1/batches``) may carry up to ``create_bytes`` (inline records; big inputs
-are uploaded files), every other route ``json_bytes``. Uploads (a POST to one of ``upload_paths``: the API's
-``/v1/files`` and the upload routes of whatever else the app was assembled with) pass untouched: they stream to the
-blob store and their route counts them against ``max_upload_bytes`` (413 ``file_too_large``).
-
-A declared ``Content-Length`` over the limit is answered 413 ``request_too_large`` before the app runs, so none
-of the body is held. A chunked body is counted as the app receives it and refused the moment it passes the
-limit: the app's own handler renders the ``PayloadTooLarge`` raised from ``receive``. Both answers carry
-``connection: close``, so the rest of the body is not read. A request that declares its length within the limit
-is not wrapped at all (httptools holds the body to the declared length), so most requests pay one look at their
-headers.
-"""
+"""Body limits of the JSON routes, a pure ASGI middleware in front of the app: a create (``create_path``) may carry
+``create_bytes``, every other route ``json_bytes``; uploads (``upload_paths``) pass untouched, their route counts
+them. A declared length over the limit is answered 413 before the app runs, a chunked body refused as soon as it
+passes it. How, and what it costs a request: docs/design.md, "Body limits"."""
 
 from __future__ import annotations
 

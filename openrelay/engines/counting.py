@@ -1,21 +1,7 @@
-"""Counting a record's input tokens before it runs, for a dry run's estimate (``service.estimate``).
-
-Where the engine runs in this process, its own counting is reproduced and the count is ``exact``, the number the
-record's ``usage.prompt_tokens`` will show:
-
-- ``llama-cpp``: the chat messages rendered by the model's own chat template (the GGUF's, as llama.cpp's chat
-  handler renders them) and tokenized by the model's vocabulary, loaded on first use (the vocabulary only when
-  llama.cpp allows it).
-- ``onnx-embeddings``: every input text through the model's ``tokenizer.json`` with its special tokens, cut at
-  ``max_input_tokens`` as the engine cuts it.
-- ``rapidocr``: the engine's own rule (``IMAGE_TOKENS`` per image of the last user message plus a quarter of the
-  characters of every message's text, rounded up).
-
-Elsewhere (``kind = "openai"``, or a request shape the above cannot render) the count is ``approximate``, by one
-rule: the UTF-8 bytes of every text the record sends (message contents and their text parts, ``prompt``,
-``input``, ``instructions``) divided by 4, rounded up, per text; plus 4 per chat message and 3 for the answer's
-priming (OpenAI's published per-message overhead), and ``IMAGE_TOKENS`` per image part.
-"""
+"""Counting a record's input tokens before it runs, for a dry run's estimate (``service.estimate``): ``exact`` where
+the engine runs in this process (its chat template and vocabulary, tokenizer or rule reproduced), ``approximate``
+by one rule on the texts' UTF-8 bytes elsewhere. Each engine's rule: docs/progress-and-dry-run.md, "The estimate"
+(how input tokens are counted)."""
 
 from __future__ import annotations
 

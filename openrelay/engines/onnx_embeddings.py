@@ -1,17 +1,8 @@
-"""``kind = "onnx-embeddings"``: a sentence-embedding model (a BERT-style ONNX export) run in-process by onnxruntime.
-
-The vectors are what sentence-transformers computes for such a model: the mean of the last hidden state over the
-real (unpadded) tokens, L2-normalised. Inputs longer than ``max_input_tokens`` are cut to their first tokens, as
-sentence-transformers cuts them at the model's ``max_seq_length``.
-
-Usage rule: ``prompt_tokens`` = ``total_tokens`` = the tokens the model read, counted by its own tokenizer with
-the special tokens it adds (``[CLS]``, ``[SEP]``), after that cut.
-
-One onnxruntime session per engine, loaded on the first call and run from several threads at once (onnxruntime
-allows concurrent runs on one session, so the weights are in memory once); each run uses one thread and at most
-``concurrency`` run at a time, on the engine's own threads (``EngineThreads``), so requests never oversubscribe the
-cores.
-"""
+"""``kind = "onnx-embeddings"``: a sentence-embedding model (a BERT-style ONNX export) run in-process by onnxruntime,
+its vectors what sentence-transformers computes (mean pooling over the real tokens, L2-normalised, inputs cut at
+``max_input_tokens``). One session per engine, loaded on the first call and shared by at most ``concurrency`` runs
+of one thread each, on the engine's own threads (``EngineThreads``). The vectors, the usage rule and the threads:
+docs/builtin-models.md, "openrelay/minilm-l6" and "Threads and memory"."""
 
 from __future__ import annotations
 

@@ -1,22 +1,9 @@
-"""``kind = "rapidocr"``: OCR as a chat model, run in-process by RapidOCR (PP-OCR models on onnxruntime).
-
-A request is a chat completion whose last user message carries ``image_url`` parts holding base64 data URLs
-(``data:image/png;base64,...``). The answer reads each image in order, line by line from top to bottom, the pieces
-of one line from left to right and joined by a space; the images' texts are separated by a blank line. The engine
-fetches nothing: any other URL is refused (400).
-
-Usage rule: a text counts as ``ceil(characters / 4)`` tokens (OpenAI's rule of thumb for English) and an image as
-a fixed ``IMAGE_TOKENS``. ``prompt_tokens`` = ``IMAGE_TOKENS`` x images read + the tokens of the text of every
-message; ``completion_tokens`` = the tokens of the answer. ``max_tokens`` / ``max_completion_tokens`` cut the
-answer to that many tokens' worth of characters (``finish_reason: "length"``).
-
-One RapidOCR pipeline per engine, loaded on the first call and run from several threads at once (its onnxruntime
-sessions allow concurrent runs, so the models are in memory once); each run uses one thread and at most
-``concurrency`` run at a time, on the engine's own threads (``EngineThreads``). Everything that grows with an
-image's size runs there too: the base64 decoding and the pixels. An image over ``max_image_pixels`` (the engine's
-option, default ``MAX_IMAGE_PIXELS``) is refused from its header, before its pixels are decoded: a small PNG can
-name a picture of gigabytes.
-"""
+"""``kind = "rapidocr"``: OCR as a chat model, run in-process by RapidOCR (PP-OCR models on onnxruntime). It reads
+the base64 data URLs of the last user message (it fetches nothing) and answers their text line by line; usage
+counts ``IMAGE_TOKENS`` per image and a quarter of the characters of the texts. One pipeline per engine, shared by
+at most ``concurrency`` runs on the engine's own threads (``EngineThreads``), where the images are decoded too; an
+image over ``max_image_pixels`` is refused from its header, before its pixels are decoded. The rules:
+docs/builtin-models.md, "openrelay/rapidocr" and "Threads and memory"."""
 
 from __future__ import annotations
 

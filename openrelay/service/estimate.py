@@ -1,22 +1,7 @@
 """A dry run's ``openrelay.estimate`` (``"dry_run": true`` on a create, docs/api-contract.md §3 step 8; the answer
-around it is the create's, ``service/create.py``): nothing is created or stored.
-
-The estimate reads the records the create would accept once more (the rejected ones never run, never bill):
-- ``input_tokens``: each record's input as its model's engine counts it (``engines.counting``): ``exact`` where
-  the engine runs in this process, ``approximate`` otherwise, and for records with ``openrelay.tool_config``,
-  whose tool rounds send the conversation again (only the first turn is counted).
-- ``max_output_tokens``: each record's own limit (``max_completion_tokens`` or ``max_tokens``; ``max_output_tokens``
-  on /v1/responses), else its model's default (``default_max_tokens``); for a llama-cpp model no more than its
-  context leaves after the prompt; 0 for embeddings.
-- ``min_cost_nano_usd`` / ``max_cost_nano_usd``: the records billed at the batch's tier with no output tokens and
-  with every record's most, each record rounded as the worker bills it. Records that fail bill nothing, so the
-  real bill can be below the minimum.
-- ``reusable_prefix_tokens``: the input tokens an engine's prefix cache could serve from the prompt prefixes the
-  records share (``prefix.DispatchOrder.reusable_bytes``: every record of a group but its first finds the group's
-  prefix), always ``approximate`` (``reusable_prefix_counted``): the shared prefixes are measured in the prompts'
-  raw JSON bytes, at the levels the order groups by, and counted as the approximate rule counts text (4 bytes a
-  token). 0 for embeddings, or when the model does not group (``prefix_grouping = false``).
-"""
+around it is the create's, ``service/create.py``): the records the create would accept, read once more, their
+input tokens (``engines.counting``), output limits, cost range and reusable prefix. Nothing is created or stored.
+Each field and how it is counted: docs/progress-and-dry-run.md, "The estimate"."""
 
 from __future__ import annotations
 

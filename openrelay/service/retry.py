@@ -1,21 +1,7 @@
-"""Retry an ended batch's failures in one call: a new batch of the original request lines of the records that ended
-in error (``POST /v1/batches/{id}/retry``, ``orl batches retry ID``).
-
-Which records: by default every accepted record that has no line in the output file, that is every record with a
-run-time error line (an engine error of any status, ``tool_rounds_exceeded``...) or that never started
-(``batch_expired``, ``batch_cancelled``, ``batch_failed``). ``codes`` narrows that to the records whose error
-line carries one of them; a record with no line at all (a batch that ended without its files) counts as
-``batch_failed``. Create rejections are never taken: they would be rejected again.
-
-The new batch is made by the normal create (``service.create.create_batch``), rules, budget and idempotency
-included, from inline ``requests`` holding each record's input line byte for byte, in input order, with the
-source's endpoint and priority and metadata ``retry_of=<id>`` plus the source's ``tags``. That body is derived
-only from what the ended batch holds, so the same retry sent again under one Idempotency-Key is the same body
-and gets the stored answer. Like any inline create it is at most ``max_create_body_bytes``.
-
-Memory holds the custom_ids of the source's output (or error) lines, at most one per record, and the lines
-taken; the input and the result files are streamed.
-"""
+"""Retry an ended batch's failures in one call (``POST /v1/batches/{id}/retry``, ``orl batches retry ID``): a new
+batch, made by the normal create, of the input lines of the records that ended in error. Which records:
+docs/retry.md; how the create's body is derived and what memory holds: docs/design.md, "Retrying a batch's
+failures"."""
 
 from __future__ import annotations
 

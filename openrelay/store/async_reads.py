@@ -1,19 +1,7 @@
-"""PostgreSQL reads on the API's event loop.
-
-A poll on PostgreSQL is one round trip over a socket; with a synchronous driver it has to leave the event loop for
-a thread, and the hop there and back costs more than the query. Here the same plans that ``run_plan`` runs on a
-thread (``store.compiled``) run on psycopg's asyncio connections, from a small pool of their own
-(``psycopg_pool``), so a poll never leaves the loop and ten polls in flight wait on the server together.
-
-The pool's connections are in autocommit mode: each read is one SELECT, which sees one snapshot without a
-transaction, as on the thread's side. A connection the server dropped (a restart, a failover) is found broken by
-the statement and thrown away by the pool; the plan, which only reads, is run again on the next connection, so a
-PostgreSQL restart costs the first poll after it nothing. While the server cannot be reached, a read answers
-``StoreUnavailable`` (503) after at most ``connect_seconds``, never hangs.
-
-The rows of reads marked ``cache_by`` are kept between polls while nothing they read has changed
-(``store.read_cache``): a poll whose every step is kept takes no connection at all.
-"""
+"""PostgreSQL reads on the API's event loop: the plans ``run_plan`` runs on a thread (``store.compiled``) run here on
+psycopg's asyncio connections, from a pool of their own, so a poll never leaves the loop; the rows of ``cache_by``
+reads are kept between polls (``store.read_cache``). Autocommit, dropped connections and outages: docs/design.md,
+"PostgreSQL reads on the event loop"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""Idempotency keys of creates (docs/api-contract.md §5): claimed before a create runs, completed with its 200.
-
-One row per organization and key. A create first *claims* its key: an INSERT that only one of any number of
-concurrent creates (threads, processes, SQLite or PostgreSQL) can win, because the primary key is
-``(org_id, idempotency_key)``. The winner runs the create; the batch insert and the stored answer commit in one
-transaction (``complete_claim``), so a batch never exists without its answer stored, nor an answer without its
-batch. A create that fails gives the key back (``release``): only a 200 is kept.
-
-A row whose ``answer`` is null is a claim still running. A server that dies mid-create leaves such a row
-behind; it is taken over by the next create with that key once it is ``claim_seconds`` old. The takeover
-writes a new ``claim_token``, and ``complete_claim`` only completes the claim carrying its own token, so even a
-create that was merely slow (not dead) and finishes after being taken over rolls back instead of making a
-second batch: the timeout decides only how long a crashed claim blocks retries, never whether a key yields
-two batches.
-
-Rows live ``keep_seconds`` after their answer was stored (24 hours by default). Each claim first deletes every
-expired row, so a key past its window starts afresh and the table holds only live keys.
-"""
+"""Idempotency keys of creates (docs/api-contract.md §5): a create claims its key (an INSERT only one concurrent
+create can win), its batch and stored 200 commit together, and a create that fails gives the key back. A claim
+left by a dead server is taken over after ``claim_seconds``, fenced by its ``claim_token``; rows live
+``keep_seconds``. Why a key never yields two batches: docs/design.md, "Idempotency keys"."""
 
 from __future__ import annotations
 

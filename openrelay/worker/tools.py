@@ -1,23 +1,9 @@
-"""The tool loop of a record carrying ``body.openrelay.tool_config`` (docs/api-contract.md §8).
-
-The worker connects to the record's MCP servers (streamable HTTP, the official ``mcp`` SDK), offers their tools
-to the model beside the record's own ``tools``, runs the calls the model makes, feeds the results back (``tool``
-messages in a chat, ``function_call_output`` items on the Responses API: ``tool_shapes``), and asks again, until
-the model answers without calling a server tool. The record's answer is the last
-turn's completion with ``usage`` summed over every turn, so billing (which reads ``usage``) counts each turn once:
-a record resumed after a crash runs its loop from the start, and only a record's final line is ever committed.
-
-Safety: a server is contacted only if the catalog's ``[tools] allow`` covers it when the record runs (the catalog
-may have changed since the create), compared and connected to in its normalized form (``openrelay.urls``), and
-its host resolves to no link-local or metadata address, a check the connection makes itself, on the addresses
-it then connects to. Tool-server time is bounded per call and per
-record (``ToolLimits``), closing the sessions included; a failed or timed-out tool call is the tool's answer to
-the model, not the record's end; a tool result is cut at ``max_output_bytes``. Whatever a tool server does ends
-at most its record, as a ``ToolLoopFailed``: never the batch the record is part of.
-
-The time budget is ``tool_budget.py``'s; the failure codes, and how an exception out of the sessions maps to
-one, are ``tool_errors.py``'s.
-"""
+"""The tool loop of a record carrying ``body.openrelay.tool_config`` (docs/api-contract.md §8): connect to its MCP
+servers (the official ``mcp`` SDK), offer their tools beside the record's own (``tool_shapes``), run the calls the
+model makes and ask again until it answers without a server tool; the answer is the last turn, with ``usage``
+summed over every turn. Whatever a tool server does ends at most its record (``ToolLoopFailed``). The rules, the
+limits and the allow-list: docs/tool-calling.md; the time budget is ``tool_budget.py``'s, the failure codes
+``tool_errors.py``'s."""
 
 from __future__ import annotations
 
