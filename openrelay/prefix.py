@@ -108,16 +108,16 @@ class PrefixCollector:
         self.depths = array("B")
         self.crcs = array("I")  # the CRC-32 of each block of each chained record's prompt (``chain_hashes``)
 
-    def add_block(self, first_line: int, block: Sequence[bytes], left_out: Sequence[int] = ()) -> None:
-        """Add the records of the next block of lines (every line of the input comes in one block, in order):
-        each of its lines but those ``left_out`` (their indices: blank lines, rejected records)."""
-        lengths = np.array(list(map(len, block)), np.int64)
+    def add_block(self, first_line: int, lengths: np.ndarray, left_out: Sequence[int] = ()) -> None:
+        """Add the records of the next block of lines (every line of the input comes in one block, in order), of
+        ``lengths`` bytes each: each of its lines but those ``left_out`` (their indices: blank lines, rejected
+        records)."""
         ends = np.cumsum(lengths)
-        offsets = ends - lengths + (self._consumed + first_line - 1) + np.arange(len(block))  # a newline a line
-        lines = np.arange(first_line, first_line + len(block), dtype=np.int64)
-        self._consumed += int(ends[-1]) if len(block) else 0
+        offsets = ends - lengths + (self._consumed + first_line - 1) + np.arange(len(lengths))  # a newline a line
+        lines = np.arange(first_line, first_line + len(lengths), dtype=np.int64)
+        self._consumed += int(ends[-1]) if len(lengths) else 0
         if left_out:
-            kept = np.ones(len(block), np.bool_)
+            kept = np.ones(len(lengths), np.bool_)
             kept[list(left_out)] = False
             lines, offsets, lengths = lines[kept], offsets[kept], lengths[kept]
         self._columns.append((lines, offsets, lengths))

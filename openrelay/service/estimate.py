@@ -60,9 +60,9 @@ def estimate(catalog: Catalog, *, source: Callable[[], Blocks], result: ScanResu
     n_ctx = int(spec.engine.get("n_ctx", _LLAMA_N_CTX)) if spec.engine.get("kind") == "llama-cpp" else None
     rejected = {r.line for r in result.rejections}
     exact = True
-    for first, block in source():
-        for offset, raw in enumerate(block):
-            line = first + offset
+    for block in source():
+        for offset, raw in enumerate(block.lines):
+            line = block.first + offset
             if not raw or raw.isspace() or line in rejected:
                 continue
             body = dict(_decode(raw)["body"])

@@ -11,10 +11,8 @@ UTF-8 (a block or line that is ASCII has none) and numbers outside the float ran
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -23,6 +21,7 @@ import orjson
 
 from ..catalog import Catalog
 from .gojson import unmarshal_error_message
+from .lines import Block
 from .tool_config import tool_config_problem
 
 __all__ = ["Verdict", "parse_line", "check_record", "carries_workflow", "cut_custom_id", "ParseFailure", "MAX_DEPTH",
@@ -72,24 +71,24 @@ _exact_decode = msgspec.json.Decoder().decode
 
 _UNSET = msgspec.UNSET
 _MaybeRaw = msgspec.Raw | msgspec.UnsetType
-_ordinary_decoders: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Callable[[bytes], Any]] = {}
+_ordinary_decoders: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
 
 
-def decode_ordinary(endpoint: str, offered: Iterable[str], prompt_fields: tuple[str, ...] = ()
-                    ) -> Callable[[bytes], Any]:
+def decode_ordinary(endpoint: str, offered: Iterable[str], prompt_fields: tuple[str, ...] = ()) -> Any:
     """A decoder of the ordinary record of ``endpoint``, which passes every rule a record is judged on alone:
     exactly its four fields, a non-empty ``custom_id``, ``POST``, the endpoint's url, and a body with an
     ``offered`` model, no ``"stream": true``, no ``openrelay`` or ``tool_config``. The types say it all, so any
     other record fails to decode (``msgspec.ValidationError``) and is left to the full rules. The body's
     ``prompt_fields`` come as raw bytes; the rest of the body is skipped.
 
-    ``model`` comes back as the interned name: the same object for every record that names it."""
+    ``model`` comes back as the interned name: the same object for every record that names it. The decoder is
+    a ``msgspec.json.Decoder``: ``decode`` for one line, ``decode_lines`` for a block of them."""
     models = tuple(sorted(offered))
     key = (endpoint, models, prompt_fields)
     decode = _ordinary_decoders.get(key)
     if decode is None:
         if not models:
-            return _decode_nothing
+            return _NO_RECORD
         body = msgspec.defstruct("OrdinaryBody", [
             ("model", Literal[models]), ("stream", Literal[False] | None, None),
             ("openrelay", msgspec.UnsetType, _UNSET), ("tool_config", msgspec.UnsetType, _UNSET),
@@ -97,12 +96,20 @@ def decode_ordinary(endpoint: str, offered: Iterable[str], prompt_fields: tuple[
         record = msgspec.defstruct("Ordinary", [
             ("custom_id", Annotated[str, msgspec.Meta(min_length=1)]), ("method", Literal["POST"]),
             ("url", Literal[endpoint]), ("body", body)], forbid_unknown_fields=True)
-        decode = _ordinary_decoders[key] = msgspec.json.Decoder(record).decode
+        decode = _ordinary_decoders[key] = msgspec.json.Decoder(record)
     return decode
 
 
-def _decode_nothing(raw: bytes) -> Any:
-    raise msgspec.ValidationError("no model is offered for this endpoint")
+class _NoRecord:
+    """The decoder of an endpoint no model is offered for: no record is ordinary."""
+
+    def decode(self, raw: bytes) -> Any:
+        raise msgspec.ValidationError("no model is offered for this endpoint")
+
+    decode_lines = decode
+
+
+_NO_RECORD = _NoRecord()
 
 
 class _Whole(msgspec.Struct, forbid_unknown_fields=True):
@@ -164,9 +171,9 @@ class NumberGate:
         self._digit = np.empty(size, np.bool_)
         self._digit_e = np.empty(size, np.bool_)
 
-    def suspects(self, block: list[bytes]) -> tuple[set[int], bool]:
+    def suspects(self, block: Block) -> tuple[set[int], bool]:
         """(indices of the lines of ``block`` to read whole, mostly none; whether the block is all ASCII)."""
-        joined = b"\n".join([*block, self._PAD])
+        joined = block.data + self._PAD
         found: list[int] = []
         view = memoryview(joined)
         for start in range(0, len(joined) - len(self._PAD), self._WINDOW):
@@ -174,8 +181,8 @@ class NumberGate:
             found.extend(start + position for position in self._positions(window))
         if not found:
             return set(), joined.isascii()
-        bounds = list(accumulate((len(line) + 1 for line in block), initial=0))
-        return {bisect_right(bounds, position) - 1 for position in found}, joined.isascii()
+        starts = np.cumsum(block.lengths() + 1) - (block.lengths() + 1)  # where each line begins in ``data``
+        return set((np.searchsorted(starts, found, side="right") - 1).tolist()), joined.isascii()
 
     def _positions(self, window: memoryview) -> list[int]:
         n = len(window)

@@ -18,13 +18,14 @@ from operator import attrgetter
 from typing import Any, BinaryIO
 
 import msgspec
+import numpy as np
 import orjson
 
 from ..catalog import Catalog
 from ..errors import InputRefused
 from ..prefix import LEVELS, PROMPT_FIELDS, PrefixCollector
 from ..types import Rejection
-from .lines import read_blocks
+from .lines import Block, read_blocks
 from .records import (
     NumberGate,
     ParseFailure,
@@ -55,18 +56,18 @@ class ScanResult:
         return self.total - len(self.rejections)
 
 
-Blocks = Iterable[tuple[int, list[bytes]]]  # (line of the block's first item, raw lines)
+Blocks = Iterable[Block]
 
 
-def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, list[bytes]]]:
+def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
     """Blocks of raw lines; blank lines still advance the count."""
     yield from read_blocks(handle, max_line_bytes)
 
 
-def inline_lines(requests: Sequence[msgspec.Raw | bytes]) -> Iterator[tuple[int, list[bytes]]]:
+def inline_lines(requests: Sequence[msgspec.Raw | bytes]) -> Iterator[Block]:
     """The raw bytes of each inline request (``msgspec.Raw`` slices of the body); its line is its position."""
     for start in range(0, len(requests), _INLINE_BLOCK):
-        yield start + 1, [bytes(r) for r in requests[start:start + _INLINE_BLOCK]]
+        yield Block.of_lines(start + 1, [bytes(r) for r in requests[start:start + _INLINE_BLOCK]])
 
 
 class _NeedsFullPass(Exception):
@@ -109,7 +110,8 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     duplicates: set[str] = set()
     offered = frozenset(name for name, spec in catalog.models.items() if endpoint in spec.endpoints)
     gate = NumberGate()
-    decode = decode_ordinary(endpoint, offered, fields)
+    decoder = decode_ordinary(endpoint, offered, fields)
+    decode = decoder.decode
     prefixes = result.prefixes = PrefixCollector() if fields else None
     prompt_of = _prompt_reader(fields)
     shortest = LEVELS[0]
@@ -117,7 +119,8 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     long_line = shortest + len('{"custom_id":"","method":"POST","url":"","body":{"model":"",}}') + len(endpoint)
     batch_model: str | None = None  # the first pass's: the model of every record it accepted
     total = 0
-    for first, block in blocks:
+    for block in blocks:
+        first = block.first
         suspects, ascii_block = gate.suspects(block) if total < max_records else (set(), True)
         skipped: list[int] = []  # the block's lines that are not records that pass (mostly none)
         ids: list[str] = []  # the first pass's custom_ids of the block's ordinary records
@@ -125,7 +128,32 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
         chained: list[int] = []  # the block's records with a prompt long enough to hash, and their prompts
         prompts: list[Any] = []
         plain = ascii_block and not suspects  # every line of the block may take the fast path as it is
-        for offset, raw in enumerate(block):
+        # Fastest path: the whole block decoded at once, when every line of it is an ordinary record.
+        shapes = _ordinary_block(decoder, block) if plain and total + block.count <= max_records else None
+        if shapes is not None:
+            total += len(shapes)
+            if keep:
+                for offset, shape in enumerate(shapes):
+                    custom_id = shape.custom_id
+                    if custom_id in seen:
+                        duplicates.add(custom_id)
+                    else:
+                        seen.add(custom_id)
+                    pending.append((first + offset, custom_id, None, None, shape.body.model))
+            else:
+                ids = list(map(_CUSTOM_ID, shapes))
+                for model in set(map(_MODEL, shapes)):
+                    if model is not batch_model:
+                        if batch_model is not None:
+                            raise _NeedsFullPass
+                        batch_model = model
+            if prompt_of is not None:
+                for offset in np.flatnonzero(block.lengths() >= long_line).tolist():
+                    material = prompt_of(shapes[offset].body)
+                    if material is not _UNSET and len(material) >= shortest:
+                        chained.append(collected + offset)
+                        prompts.append(material)
+        for offset, raw in enumerate(block.lines if shapes is None else ()):  # line by line, unless judged above
             if total >= max_records:
                 # Past the cap only a workflow record can still change the answer: look for it cheaply. A key
                 # spelled with \u escapes hides the plain word, so such lines are parsed too.
@@ -209,18 +237,20 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
             if len(seen) != known + len(ids):
                 raise _NeedsFullPass  # a custom_id seen before, or twice in the block
         if prefixes is not None:
-            prefixes.add_block(first, block, skipped)
+            prefixes.add_block(first, block.lengths(), skipped)
             prefixes.add_chains(chained, prompts)
     result.total = total
     if total > max_records:
         raise InputRefused(f"the input has {total:,} records; a batch takes at most {max_records:,}",
                            code="input_too_large")
     result.model = batch_model
-    _settle(result, pending, duplicates)
+    _apply_whole_input_rules(result, pending, duplicates)
     return result
 
 
 _UNSET = msgspec.UNSET
+_CUSTOM_ID = attrgetter("custom_id")
+_MODEL = attrgetter("body.model")
 
 
 def _is_utf8(raw: bytes) -> bool:
@@ -246,6 +276,29 @@ def _prompt_reader(fields: tuple[str, ...]) -> Callable[[Any], Any] | None:
     return joined
 
 
+def _ordinary_block(decoder: Any, block: Block) -> list[Any] | None:
+    """Every line of ``block`` decoded as an ordinary record, in one call, or None when one of them is not one.
+    ``decode_lines`` skips blank lines and reads two values on one line: so only a block whose every line begins
+    with a character other than whitespace (none is blank) is decoded so, and one value a line is checked by the
+    count. Items that hold newlines of their own (inline requests) are left to the line-by-line path."""
+    data = block.data
+    newlines = block.newlines()
+    if len(newlines) != block.count - 1 or not data or data[0] in _BLANK or data[-1] == _NEWLINE:
+        return None
+    after = np.frombuffer(data, np.uint8)[newlines + 1]  # each line's first byte but the first line's
+    if ((after == 32) | (after == 9) | (after == 13) | (after == 10)).any():
+        return None
+    try:
+        shapes = decoder.decode_lines(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return shapes if len(shapes) == block.count else None
+
+
+_BLANK = b" \t\r\n"  # JSON's whitespace: a line beginning with one may be blank
+_NEWLINE = 10
+
+
 def _reads_whole(raw: bytes) -> bool:
     """Whether the ordinary record on a line the number gate picked can be read whole (every number decoded,
     so checked). When not, the full rules say why."""
@@ -256,7 +309,7 @@ def _reads_whole(raw: bytes) -> bool:
     return True
 
 
-def _settle(result: ScanResult, pending: list[tuple[int, str, str | None, str | None, str | None]],
+def _apply_whole_input_rules(result: ScanResult, pending: list[tuple[int, str, str | None, str | None, str | None]],
             duplicates: set[str]) -> None:
     """Apply the two whole-input rules, then order rejections by line."""
     for line, custom_id, code, message, model in pending:

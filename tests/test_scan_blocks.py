@@ -1,0 +1,69 @@
+"""The create's fastest path: a block of lines decoded in one call (``scan._ordinary_block``) when every line of it
+is an ordinary record. Whatever a block holds, the verdicts are the full rules' (``test_scan_fast_path.reference``),
+and the lines' places (offsets, lengths) are those of the file."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from openrelay.validation.lines import read_blocks
+from openrelay.validation.scan import inline_lines, scan_records
+from tests.test_scan_fast_path import CATALOG, EP, record, reference, scanned
+
+
+def ordinary(count: int, prefix: str = "r", model: str = "m/chat") -> list[bytes]:
+    return [orjson.dumps(record(f"{prefix}{i}", model=model)) for i in range(count)]
+
+
+TWO_ON_ONE_LINE = orjson.dumps(record("x1")) + b" " + orjson.dumps(record("x2"))
+
+
+@pytest.mark.parametrize("odd", [
+    [],  # every line ordinary: the block is decoded in one call
+    [b"", TWO_ON_ONE_LINE],  # a blank line and a line of two records: as many values as lines
+    [b"   ", TWO_ON_ONE_LINE],  # a line of spaces instead
+    [b"\t\r", TWO_ON_ONE_LINE],
+    [b" " + orjson.dumps(record("leading-space"))],  # an ordinary record after a space: accepted
+    [orjson.dumps(record("bad-model", model="nope"))],
+    [orjson.dumps(record("r3"))],  # a duplicate custom_id
+    [orjson.dumps(record("other", model="m/other"))],  # a second model
+    [b"\xff"],
+])
+def test_one_odd_line_in_a_block_is_judged_as_the_full_rules_judge_it(odd, tmp_path):
+    lines = ordinary(200)
+    lines[100:100] = odd
+    assert scanned(lines, tmp_path) == reference(lines)
+
+
+def test_crlf_lines_and_a_file_that_ends_in_blank_lines(tmp_path):
+    lines = [line + b"\r" for line in ordinary(50)] + [b"", b""]
+    assert scanned(lines, tmp_path) == reference(lines) == ("m/chat", [])
+
+
+def test_blocks_of_many_megabytes_with_duplicates_and_models_across_blocks(tmp_path):
+    lines = ordinary(30_000)  # about 5 MB: lines cut by the 1 MB reads are carried to the next block
+    lines[25_000] = orjson.dumps(record("r7"))  # the same custom_id four blocks later
+    lines[29_000] = orjson.dumps(record("late", model="m/other"))
+    assert scanned(lines, tmp_path) == reference(lines)
+    assert scanned(lines[:20_000], tmp_path) == ("m/chat", [])
+
+
+def test_every_line_keeps_its_place_in_the_file(tmp_path):
+    lines = ordinary(12_000) + [b"", b"  "] + ordinary(3_000, "s")
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with open(path, "rb") as handle:
+        blocks = list(read_blocks(handle, 1 << 20))
+    assert len(blocks) > 1
+    assert [raw for block in blocks for raw in block.lines] == lines
+    assert [block.first for block in blocks] == [1 + sum(b.count for b in blocks[:i]) for i in range(len(blocks))]
+    for block in blocks:
+        assert block.lengths().tolist() == [len(raw) for raw in block.lines]
+
+
+def test_inline_requests_with_newlines_of_their_own():
+    raws = [orjson.dumps(record(f"i{i}")) for i in range(10)]
+    raws[4] = orjson.dumps(record("i4"), option=orjson.OPT_INDENT_2)  # a request over several lines
+    result = scan_records(lambda: inline_lines(raws), endpoint=EP, catalog=CATALOG, max_records=100)
+    assert (result.total, result.rejections, result.model) == (10, [], "m/chat")
