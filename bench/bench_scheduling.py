@@ -1,7 +1,7 @@
 """Benchmark for issue 20: a shuffled shared-prefix workload through `orl serve` vs a plain client that sends the same
 records in input order at the same concurrency, against the same engine, which keeps a prefix cache.
 
-    .venv/bin/python bench/bench_scheduling.py [--engines test,llama] [--concurrency 16] [--rounds 2]
+    .venv/bin/python bench/bench_scheduling.py [--engines test,llama] [--concurrency 16] [--rounds 2] [--restart]
         [--ungrouped] [--auto] [--sweep 4,8,16,32] [--replicas]
 
 The workload: one long system prompt shared by every record, ``--documents`` long documents with ``--questions``
@@ -17,7 +17,9 @@ Workloads, each against the plain client at the same concurrency, run in pairs b
 ``--ungrouped``, the same with ``prefix_grouping = false``; ``--auto``, ``concurrency = "auto"`` up to
 ``--auto-max``, where the test engine has a knee (``--knee``) and answers 429 past ``--max-in-flight``;
 ``--sweep``, fixed concurrencies; ``--replicas``, two engine processes in ``base_urls`` (the plain client takes
-them in turn). A workload the tree cannot serve yet (a catalog field not understood) is reported and skipped.
+them in turn). ``--restart`` stops and starts `orl serve` (same store) before each round after the first, so that
+those rounds run on fresh worker processes (with ``"auto"``, limiters that start from what the store kept). A
+workload the tree cannot serve yet (a catalog field not understood) is reported and skipped.
 
 Per run: wall seconds (the client's: from creating the batch until it is seen completed, polling every 50 ms, 500
 ms for llama-server, or from the plain client's first request to its last answer), prompt tokens/s, output
@@ -278,9 +280,11 @@ def start_server(work: Path, catalog: str) -> Server:
 
 
 def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, rounds: int,
-                 poll_seconds: float) -> list[Run]:
+                 poll_seconds: float, restart: bool = False) -> list[Run]:
     """Pairs of runs (batch, plain client) in alternating order; prints each run and the paired ratios of wall time
-    (plain client / batch: above 1, the batch was faster); returns the batch runs, one a round."""
+    (plain client / batch: above 1, the batch was faster); returns the batch runs, one a round. ``restart``: the
+    server is stopped and started again (same store) before each round after the first, so that each of those
+    rounds runs on a worker process of its own, which starts from what the store kept of the last one."""
     print(f"  {workload.label}:", flush=True)
     try:
         server = start_server(work, workload.catalog(engines))
@@ -295,6 +299,9 @@ def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, r
             uploaded = server.http("POST", "/files", files={"file": (path.name, handle)}, data={"purpose": "batch"})
         uploaded.raise_for_status()
         for i in range(rounds):
+            if restart and i:
+                server.stop()
+                server.start()
             runs: dict[str, Run] = {}
             for side in ("batch", "direct") if i % 2 == 0 else ("direct", "batch"):
                 engines.fresh()
@@ -362,6 +369,8 @@ def main() -> None:
     parser.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                         help="also batches at these fixed concurrencies, e.g. 4,8,16,32")
     parser.add_argument("--replicas", action="store_true", help="also two engine replicas in base_urls")
+    parser.add_argument("--restart", action="store_true",
+                        help="restart orl serve (same store) before each round after the first")
     test = parser.add_argument_group("the test engine's simulation (tests/support/engine_simulation.py)")
     test.add_argument("--cache-blocks", type=int, default=48, help="of 64 words; the documents need about 100")
     test.add_argument("--prefill-seconds-per-token", type=float, default=0.0005)
@@ -438,7 +447,7 @@ def run_all(args: argparse.Namespace, work: Path, path: Path, concurrency: int, 
             if workload.replicas not in engines:
                 engines[workload.replicas] = make_engines(workload.replicas)
             results[workload] = run_workload(workload, engines[workload.replicas], work, path, args.rounds,
-                                             poll_seconds)
+                                             poll_seconds, args.restart)
         compare_auto(results)
     finally:
         for started in engines.values():
