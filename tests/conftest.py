@@ -108,6 +108,9 @@ class Servers:
         return server.start()
 
     def stop_all(self) -> None:
+        # Held requests are let go first: a server stopped with calls held at the engine would wait out its drain
+        # (30 s) for them. The `engine` fixture's reset may have come first and held a running batch's next ones.
+        Engine(self.engine_url).release()
         for server in self.started:
             server.stop()
         for url in self.databases:
@@ -149,12 +152,13 @@ def server(request: pytest.FixtureRequest, make_server: Callable[..., Server]) -
 
 @pytest.fixture
 def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
-    """``start_worker(server, name=None, args=())``: an `orl worker` on ``server``'s store, blobs, catalog and
-    environment, started (its claim loop running); each is killed after the test."""
+    """``start_worker(server, name=None, args=(), env=None)``: an `orl worker` on ``server``'s store, blobs,
+    catalog and environment (``env`` over it), started (its claim loop running); each is killed after the test."""
     started: list[WorkerProcess] = []
 
-    def start(server: Server, name: str | None = None, args: tuple[str, ...] = ()) -> WorkerProcess:
-        worker = WorkerProcess.beside(server, name or f"worker-{len(started)}", args)
+    def start(server: Server, name: str | None = None, args: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess.beside(server, name or f"worker-{len(started)}", args, env)
         started.append(worker)
         return worker
 

@@ -203,34 +203,40 @@ def test_crash_loses_no_finished_record_and_reruns_only_in_flight_ones(make_serv
     assert {t for t in texts if texts.count(t) > 1} == hung
 
 
-def test_worker_that_loses_its_lease_gives_the_batch_up_and_every_record_lands_once(make_server, engine):
+def test_worker_that_loses_its_lease_gives_the_batch_up_and_every_record_lands_once(make_server, engine,
+                                                                                   start_worker):
     total, concurrency = 12, 4
-    # Each answer is flushed at once, and the heartbeat looks only every 10 s: the lane that flushes first after
-    # the takeover is what finds the lease gone.
-    server = make_server(concurrency=concurrency, env={"OPENRELAY_FLUSH_RECORDS": "1", "OPENRELAY_TICK_SECONDS": "10"})
+    # Each answer is flushed at once, and the worker's heartbeat looks only every 60 s, first 60 s after its claim,
+    # long after this test: the lane that flushes first after the takeover is what finds the lease gone. The batch
+    # is queued before that worker starts, so the claim pass it makes on starting takes it.
+    server = make_server(concurrency=concurrency, args=("--no-worker",), env={"OPENRELAY_FLUSH_RECORDS": "1"})
     # The first four go out together and are held: one is answered first, three later.
     holds = ["#hold=quick"] + ["#hold=slow"] * 3 + [""] * (total - concurrency)
     batch_id = create(server, [chat(f"l{i}", f"lease {i} {hold}") for i, hold in enumerate(holds)])["id"]
+    worker = start_worker(server, "slow-heartbeat", env={"OPENRELAY_TICK_SECONDS": "60"})
     engine.wait_held("quick")
     engine.wait_held("slow", 3)
-    # Another worker takes the batch over (as one would after this one stalled past its lease) and holds it 3 s.
+    assert worker.took(batch_id)
+    # Another worker takes the batch over (as one would after this one stalled past its lease) and holds it 1 s.
     db = Database(server.database_url)
     try:
         with db.write() as conn:
             conn.execute(batches.update().where(batches.c.id == batch_id)
-                         .values(lease_owner="another-worker", lease_expires_at=time.time() + 3))
+                         .values(lease_owner="another-worker", lease_expires_at=time.time() + 1))
     finally:
         db.dispose()
     engine.release("quick")
     wait_for(lambda: engine.stats()["in_flight"] == 3, "the quick answer")
     # Its flush finds the lease gone; the worker does not give up (or cut the calls) while three are in flight.
-    assert engine.held("slow") == 3 and "lease lost" not in server.log()
+    assert engine.held("slow") == 3 and "lease lost" not in worker.log()
     engine.release("slow")
-    wait_for(lambda: "lease lost" in server.log(), "the worker to give the batch up", every=0.02)
+    wait_for(lambda: "lease lost" in worker.log(), "the worker to give the batch up", every=0.02)
     # The quick answer's flush found the lease gone; the three slow calls were answered before the worker gave
     # up, not cancelled (a cancelled call would run on in the HTTP client, holding its connection).
     assert engine.stats()["in_flight"] == 0
-    # Once that lease lapses, a worker (this one) resumes the batch from what was made durable.
+    # Once that lease lapses, a worker resumes the batch from what was made durable: one started now, on the
+    # suite's short tick.
+    start_worker(server, "resumer")
     batch = server.wait(batch_id, timeout=60)
     assert batch["status"] == "completed"
     assert batch["request_counts"] == {"total": total, "completed": total, "failed": 0}

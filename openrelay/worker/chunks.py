@@ -106,7 +106,14 @@ class ChunkWriter:
 
     async def run(self, lost: Callable[[], bool]) -> None:
         """Write chunks until closed and drained. Raises ``LeaseLost`` when the commit's fence says so, or when a
-        write keeps failing and ``lost()`` says the lease may have lapsed meanwhile."""
+        write keeps failing and ``lost()`` says the lease may have lapsed meanwhile. Once it ends, lanes waiting
+        for room go on at once (to find the run stopped) rather than at their next tick."""
+        try:
+            await self._write_until_drained(lost)
+        finally:
+            self._room.set()
+
+    async def _write_until_drained(self, lost: Callable[[], bool]) -> None:
         delay = self.settings.worker.flush_seconds
         failures = 0
         while True:

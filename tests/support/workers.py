@@ -24,10 +24,12 @@ class WorkerProcess:
         assert self.proc.poll() is None, f"the worker exited {self.proc.returncode}:\n{self.log()}"
 
     @classmethod
-    def beside(cls, server: Server, name: str = "worker", args: tuple[str, ...] = ()) -> WorkerProcess:
-        """A worker on ``server``'s store, blobs and catalog, with its environment (tick, lease, retries)."""
+    def beside(cls, server: Server, name: str = "worker", args: tuple[str, ...] = (),
+               env: dict[str, str] | None = None) -> WorkerProcess:
+        """A worker on ``server``'s store, blobs and catalog, with its environment (tick, lease, retries) and
+        ``env`` over it."""
         return cls(data_dir=server.data_dir, database_url=server.database_url, catalog=server.data_dir / "catalog.toml",
-                   log_path=server.data_dir / f"{name}.log", env=server.env, args=args)
+                   log_path=server.data_dir / f"{name}.log", env={**server.env, **(env or {})}, args=args)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
