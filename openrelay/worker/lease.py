@@ -48,4 +48,7 @@ class LeaseKeeper:
             if current is None:
                 self.lost = True
             else:
-                self.cancelled = current.status is BatchStatus.CANCELLING
+                cancelled = current.status is BatchStatus.CANCELLING
+                if cancelled and not self.cancelled:
+                    log.info("batch %s: cancelling; this worker starts no more of its records", self.batch_id)
+                self.cancelled = cancelled

@@ -139,9 +139,11 @@ def results(server: Server, batch: dict[str, Any]) -> tuple[dict[str, dict], dic
 
 def wait_letting_held_through(server: Server, engine: Any, gate: str, batch_id: str, api_key: str | None = None,
                               timeout: float = 120.0) -> dict[str, Any]:
-    """Wait for a cancelled batch to end, letting each request that reaches ``gate`` through. A worker may still
-    start a record or two before it sees the cancel; the gate stays closed, so every one started is counted by
-    the engine and nothing finishes before the test lets it."""
+    """Wait for a cancelled batch to end, letting each request that reaches ``gate`` through once the server's
+    worker has seen the cancel (its log says so). A worker may still start a record or two before it sees it; the
+    gate stays closed until then, so every one started is counted by the engine, nothing finishes before the test
+    lets it, and records that never started are left (however fast held requests could be let through)."""
+    wait_for(lambda: f"batch {batch_id}: cancelling" in server.log(), "the worker to see the cancel", timeout=timeout)
 
     def let_held_through() -> None:
         if held := engine.held(gate):
