@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 
-import httpx
-
 from openrelay.store.db import Database
 from openrelay.store.engine_limits import EngineLimits, Learnt
 from tests.conftest import BACKEND
+from tests.support import http_client
 from tests.support.batches import chat, create, get, results, wait_for
 from tests.support.server import TEST_CATALOG, create_pg_database, drop_pg_database
 
@@ -21,7 +20,7 @@ def auto_catalog(engine_url: str, *, low: int = 1, high: int = 16) -> str:
 
 
 def limit_metric(server) -> float | None:
-    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    text = http_client.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
     found = re.search(r'^openrelay_engine_concurrency_limit\{model="test/echo",replica="[^"]*"\} (\S+)$', text,
                       re.MULTILINE)
     return float(found.group(1)) if found else None

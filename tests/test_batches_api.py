@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-import httpx
 import openai
 import orjson
 import pytest
 
+from tests.support import http_client
 from tests.support.batches import batch_usage, error_of, wait_for, wait_letting_held_through
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
@@ -438,6 +438,6 @@ def test_models_lists_the_catalog(server):
 
 
 def test_healthz(server):
-    resp = httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
+    resp = http_client.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
     assert resp.status_code == 200
     assert resp.json() == {"status": "ok"}

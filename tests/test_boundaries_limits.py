@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import openai
 import psutil
 import pytest
 
+from tests.support import http_client
 from tests.support.batches import CHAT, chat, error_of
 from tests.support.server import Server
 
@@ -106,7 +106,7 @@ def _create_inline(server: Server, records: list[dict[str, Any]]) -> openai.type
 
 
 def _healthy(server: Server) -> None:
-    assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=30).json() == {"status": "ok"}
+    assert http_client.get(f"http://127.0.0.1:{server.port}/healthz", timeout=30).json() == {"status": "ok"}
 
 
 # -- memory -------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import http_client
 from tests.support.forked import ORL, run_orl, start_orl
 from tests.support.polling import wait_for
 from tests.support.server import catalog_text, free_port
@@ -20,7 +21,7 @@ UNREACHABLE = "http://127.0.0.1:9/v1"
 
 def _healthy(port: int) -> bool:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        return http_client.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 

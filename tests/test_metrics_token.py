@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import httpx
 
+from tests.support import http_client
+
 TOKEN = "metrics-7c1e-operator"
 
 
 def metrics(server, authorization: str | None = None) -> httpx.Response:
     headers = {} if authorization is None else {"authorization": authorization}
-    return httpx.get(server.base_url.removesuffix("/v1") + "/metrics", headers=headers, timeout=30)
+    return http_client.get(server.base_url.removesuffix("/v1") + "/metrics", headers=headers, timeout=30)
 
 
 def assert_refused(answer: httpx.Response) -> None:
@@ -30,7 +32,7 @@ def test_with_a_token_only_the_token_reads_the_metrics(make_server):
         answer = metrics(server, authorization)
         assert answer.status_code == 200 and "openrelay_" in answer.text
         assert answer.headers["content-type"].startswith("text/plain")
-    assert httpx.get(server.base_url.removesuffix("/v1") + "/healthz", timeout=30).status_code == 200
+    assert http_client.get(server.base_url.removesuffix("/v1") + "/healthz", timeout=30).status_code == 200
     assert server.http("GET", "/models").status_code == 200  # API keys work as before
     assert TOKEN not in server.log()
 

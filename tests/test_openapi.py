@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from schemathesis import checks as st_checks
@@ -22,6 +21,7 @@ from openrelay.api.app import create_app
 from openrelay.api.openapi import document_bytes
 from openrelay.config import Settings
 from openrelay.runtime import open_runtime
+from tests.support import http_client
 from tests.support.server import TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 
 DOCUMENT_PATH = Path(__file__).resolve().parents[1] / "openrelay" / "api" / "openapi.json"
@@ -90,7 +90,7 @@ def test_app_routes_and_document_agree(tmp_path: Path) -> None:
 
 
 def test_served_document_is_the_file(server: Server) -> None:
-    answer = httpx.get(server.base_url.removesuffix("/v1") + "/openapi.json", timeout=30)
+    answer = http_client.get(server.base_url.removesuffix("/v1") + "/openapi.json", timeout=30)
     assert answer.status_code == 200
     assert answer.headers["content-type"] == "application/json"
     assert answer.content == DOCUMENT_PATH.read_bytes()
@@ -240,8 +240,8 @@ def test_every_operation_answers_as_documented(live_server: Server, engine_url: 
     cancelled = _call(live, "POST", "/v1/batches/{batch_id}/cancel", 200,
                       path_parameters={"batch_id": held["id"]}).json()
     assert cancelled["status"] in ("cancelling", "cancelled")
-    httpx.post(engine_url.removesuffix("/v1") + "/control/release", json={"name": gate},
-               timeout=10).raise_for_status()
+    http_client.post(engine_url.removesuffix("/v1") + "/control/release", json={"name": gate},
+                     timeout=10).raise_for_status()
     assert live.wait(held["id"])["status"] == "cancelled"
     _call(live, "GET", "/v1/batches", 200, query={"status": "cancelled"})
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-import httpx
-
+from tests.support import http_client
 from tests.support.batches import chat, create, get, prompt_text, results, usage_of, wait_for
 from tests.support.server import TEST_CATALOG, free_port
 from tests.support.test_engine import EngineControl, start_test_engine, stop_test_engine
@@ -15,7 +14,7 @@ FAST = {"OPENRELAY_RETRY_ATTEMPTS": "3", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.2",
 
 
 def _metric(server, name: str, model: str = "test/echo") -> float | None:
-    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    text = http_client.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
     found = re.search(rf'^{name}{{model="{re.escape(model)}"[^}}]*}} (\S+)$', text, re.MULTILINE)
     return float(found.group(1)) if found else None
 

@@ -8,8 +8,7 @@ import random
 import re
 from typing import Any
 
-import httpx
-
+from tests.support import http_client
 from tests.support.batches import create, create_from_file, get, results, wait_for
 from tests.support.server import catalog_text
 from tests.support.test_engine import EngineControl, running_test_engine, start_test_engine, stop_test_engine
@@ -141,7 +140,7 @@ def test_a_replica_killed_mid_batch_costs_no_record(make_server):
             assert batch["request_counts"] == {"total": total, "completed": total, "failed": 0}
             out, err = results(server, batch)
             assert sorted(out) == sorted(f"r{i}" for i in range(total)) and err == {}
-            metrics = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+            metrics = http_client.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
             assert f'openrelay_engine_up{{model="test/echo",replica="{a_url}"}} 0.0' in metrics
             assert f'openrelay_engine_up{{model="test/echo",replica="{b_url}"}} 1.0' in metrics
     finally:

@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -25,6 +24,7 @@ from openrelay.store.compiled import CompiledRead, FirstRow, run_plan
 from openrelay.store.db import Database
 from openrelay.store.read_cache import KeptRows, ReadCache
 from openrelay.store.schema import organizations
+from tests.support import http_client
 from tests.support.batches import chat, create, wait_for
 from tests.support.server import PG_ADMIN_URL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 
@@ -67,7 +67,7 @@ def pg_pair(tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> Iterat
 
 
 def _poll_reads(server: Server) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics").text
+    text = http_client.get(f"http://127.0.0.1:{server.port}/metrics").text
     return {m[1]: float(m[2]) for m in re.finditer(r'openrelay_poll_reads_total\{source="(\w+)"\} (\S+)', text)}
 
 

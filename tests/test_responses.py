@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import orjson
 import pytest
 from openai.types.responses import Response
 
+from tests.support import http_client
 from tests.support.batches import cost, create, results, usage_of
 from tests.support.mcp_server import running_mcp_server
 from tests.support.polling import until_terminal
@@ -161,7 +161,7 @@ def tool_record(custom_id: str, text: str, mcp_url: str, tools: list[Any] | None
 
 def test_tool_calling_over_mcp_on_responses_records(make_server, engine, engine_url, mcp_root):
     mcp_url = mcp_root + "/mcp"
-    httpx.post(mcp_root + "/calls/reset", timeout=10).raise_for_status()
+    http_client.post(mcp_root + "/calls/reset", timeout=10).raise_for_status()
     server = make_server(catalog=catalog(engine_url, mcp_url))
     own_tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
     created = create(server, [
@@ -229,5 +229,5 @@ def test_tool_calling_over_mcp_on_responses_records(make_server, engine, engine_
     assert err["forever"]["error"] == {"code": "tool_rounds_exceeded",
                                        "message": "the model still called tools after max_rounds (2) tool rounds"}
     assert batch["usage"] == usage_of(out)  # the failed record's turns are not billed
-    calls = httpx.get(mcp_root + "/calls", timeout=10).json()
+    calls = http_client.get(mcp_root + "/calls", timeout=10).json()
     assert sorted(c["tool"] for c in calls) == ["add"] + ["echo"] * 5

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import httpx
 import orjson
 
+from tests.support import http_client
 from tests.support.polling import until_terminal
 
 
@@ -47,6 +47,6 @@ def test_metrics_count_settled_records(server, engine, tmp_path):
     f = client.files.create(file=open(path, "rb"), purpose="batch")
     b = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert server.wait(b.id)["status"] == "completed"
-    text = httpx.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    text = http_client.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert 'openrelay_records_total{model="test/echo",outcome="completed"} 2.0' in text
     assert 'openrelay_records_total{model="test/echo",outcome="failed"} 1.0' in text

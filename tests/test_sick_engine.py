@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import re
 
-import httpx
-
+from tests.support import http_client
 from tests.support.batches import chat, create, get, results, usage_of, wait_for
 
 FAST = {"OPENRELAY_RETRY_ATTEMPTS": "3", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.2", "OPENRELAY_OUTAGE_MAX_SECONDS": "0.5"}
 
 
 def _engine_up(server) -> float | None:
-    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    text = http_client.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
     found = re.search(r'^openrelay_engine_up\{model="test/echo",replica="[^"]*"\} (\S+)$', text, re.MULTILINE)
     return float(found.group(1)) if found else None
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 
+from tests.support import http_client
 from tests.support.batches import chat, cost, create, get, results, usage_of, wait_for
 from tests.support.mcp_server import running_mcp_server
 from tests.support.server import catalog_text
@@ -36,14 +36,14 @@ class McpServer:
         self.url = root + "/mcp"
 
     def reset(self) -> None:
-        httpx.post(self.root + "/calls/reset", timeout=10).raise_for_status()
+        http_client.post(self.root + "/calls/reset", timeout=10).raise_for_status()
 
     def calls(self) -> list[dict[str, Any]]:
-        return httpx.get(self.root + "/calls", timeout=10).json()
+        return http_client.get(self.root + "/calls", timeout=10).json()
 
     def deletes(self) -> list[dict[str, Any]]:
         """The sessions clients closed (an MCP DELETE each), with their tokens."""
-        return httpx.get(self.root + "/deletes", timeout=10).json()
+        return http_client.get(self.root + "/deletes", timeout=10).json()
 
 
 def tool_catalog(engine_url: str, *allow: str, slots: int = 2, **limits: float) -> str:

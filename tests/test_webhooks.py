@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 import schemathesis
@@ -23,6 +22,7 @@ from schemathesis import checks as st_checks
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.conftest import Servers, end_live_batches
+from tests.support import http_client
 from tests.support.batches import chat, create, get, wait_for
 from tests.support.server import Server, catalog_text
 from tests.support.test_engine import EngineControl
@@ -294,7 +294,7 @@ def test_a_failing_receiver_gets_the_event_again_with_backoff(org: Server, recei
     assert {a["delivery_state"] for a in log} == {"delivered"} and {a["org_id"] for a in log} == {log[0]["org_id"]}
     assert log[1]["error"] == "the endpoint answered 503" and log[0]["error"] is None
     assert delivery_log(org, "--event", events[0]["id"]) == log
-    metrics = httpx.get(org.base_url.removesuffix("/v1") + "/metrics", timeout=30).text.splitlines()  # all tests'
+    metrics = http_client.get(org.base_url.removesuffix("/v1") + "/metrics", timeout=30).text.splitlines()  # all tests'
     counted = {o: float(next(line.split()[-1] for line in metrics
                              if line.startswith(f'openrelay_webhook_attempts_total{{outcome="{o}"}}')))
                for o in ("delivered", "failed")}

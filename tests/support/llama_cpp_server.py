@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from openrelay.engines.llama_local import resolve_gguf
+from tests.support import http_client
 from tests.support.llama_server import SMOLLM2_GGUF
 
 __all__ = ["LLAMA_SERVER_VERSION", "llama_server_binary", "start_llama_cpp_server", "stop_llama_cpp_server"]
@@ -54,7 +55,7 @@ def start_llama_cpp_server(port: int, log_path: Path, *, parallel: int = 2, ctx_
         if proc.poll() is not None:
             raise RuntimeError(f"llama-server exited {proc.returncode}:\n{log_path.read_text(errors='replace')}")
         try:
-            if httpx.get(f"{root}/health", timeout=2).status_code == 200:  # 503 while the model loads
+            if http_client.get(f"{root}/health", timeout=2).status_code == 200:  # 503 while the model loads
                 return proc, f"{root}/v1"
         except httpx.HTTPError:
             pass

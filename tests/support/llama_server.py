@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from openrelay.engines.llama_local import resolve_gguf
+from tests.support import http_client
 
 __all__ = ["SMOLLM2_GGUF", "start_llama_server", "stop_llama_server"]
 
@@ -40,7 +41,7 @@ def start_llama_server(port: int, log_path: Path, *, alias: str = "smollm2", api
         if proc.poll() is not None:
             raise RuntimeError(f"llama_cpp.server exited {proc.returncode}:\n{log_path.read_text(errors='replace')}")
         try:
-            if httpx.get(f"{url}/models", headers=headers, timeout=2).status_code == 200:
+            if http_client.get(f"{url}/models", headers=headers, timeout=2).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             pass

@@ -33,6 +33,7 @@ import pytest
 from obstore.exceptions import BaseError as ObstoreError
 from obstore.store import S3Store
 
+from tests.support import http_client
 from tests.support.server import free_port
 
 __all__ = ["Seaweed", "S3Bucket", "seaweed", "s3_bucket", "start_seaweed", "stop_seaweed", "pause_seaweed",
@@ -70,13 +71,13 @@ class Seaweed:
     def bucket_request(self, method: str, bucket: str) -> httpx.Response:
         """CreateBucket (PUT) or DeleteBucket (DELETE), by a URL obstore signs for the bucket itself."""
         url = obstore.sign(self.store(bucket), method, "", datetime.timedelta(minutes=5))  # type: ignore[arg-type]
-        return httpx.request(method, url, timeout=10)
+        return http_client.request(method, url, timeout=10)
 
     def uploads_in_progress(self, bucket: str) -> list[str]:
         """The object keys of the multipart uploads the server still holds for ``bucket``: its filer keeps one
         folder per upload under ``.uploads``, with the key it was started for."""
         filer = f"http://127.0.0.1:{self.filer_port}/buckets/{bucket}/.uploads/"
-        answer = httpx.get(filer, headers={"Accept": "application/json"}, timeout=10)
+        answer = http_client.get(filer, headers={"Accept": "application/json"}, timeout=10)
         if answer.status_code == 404:
             return []
         answer.raise_for_status()

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import openai
 
+from tests.support import http_client
 from tests.support.forked import ForkedOrl, run_orl, start_orl
 from tests.support.polling import until_terminal
 
@@ -168,7 +169,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"orl serve exited {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
+                if http_client.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -202,13 +203,14 @@ class Server:
     # -- clients -------------------------------------------------------------------------------------------
 
     def client(self, api_key: str | None = None) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key or self.api_key, max_retries=0, timeout=60)
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key or self.api_key, max_retries=0, timeout=60,
+                             http_client=openai.DefaultHttpxClient(verify=http_client.ssl_context()))
 
     def http(self, method: str, path: str, api_key: str | None = None, **kwargs: Any) -> httpx.Response:
         headers = kwargs.pop("headers", {})
         if api_key != "":
             headers.setdefault("authorization", f"Bearer {api_key or self.api_key}")
-        return httpx.request(method, self.base_url + path, headers=headers, timeout=120, **kwargs)
+        return http_client.request(method, self.base_url + path, headers=headers, timeout=120, **kwargs)
 
     def orl(self, *args: str, api_key: str | None = None, cwd: Path | None = None,
             input: bytes | None = None) -> subprocess.CompletedProcess[str]:

@@ -40,13 +40,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.support import http_client
 from tests.support.announce import listen, serve_announced, start_announced, stop
 from tests.support.engine_simulation import PrefixCache, Simulation
 
@@ -519,21 +519,21 @@ class EngineControl:
         self.root = url.removesuffix("/v1")
 
     def reset(self) -> None:
-        httpx.post(self.root + "/control/reset", timeout=10).raise_for_status()
+        http_client.post(self.root + "/control/reset", timeout=10).raise_for_status()
 
     def requests(self) -> list[dict[str, Any]]:
-        return httpx.get(self.root + "/control/requests", timeout=10).json()
+        return http_client.get(self.root + "/control/requests", timeout=10).json()
 
     def stats(self) -> dict[str, Any]:
-        return httpx.get(self.root + "/control/stats", timeout=10).json()
+        return http_client.get(self.root + "/control/stats", timeout=10).json()
 
     def mode(self, **mode: Any) -> None:
-        httpx.post(self.root + "/control/mode", json=mode, timeout=10).raise_for_status()
+        http_client.post(self.root + "/control/mode", json=mode, timeout=10).raise_for_status()
 
     def config(self, **changes: Any) -> dict[str, Any]:
         """Change the simulation's settings (tests/support/engine_simulation.py ``Simulation``); returns them all.
         ``reset()`` restores the ones the engine started with."""
-        answer = httpx.post(self.root + "/control/config", json=changes, timeout=10)
+        answer = http_client.post(self.root + "/control/config", json=changes, timeout=10)
         answer.raise_for_status()
         return answer.json()
 
@@ -541,7 +541,7 @@ class EngineControl:
 
     def gates(self) -> dict[str, dict[str, Any]]:
         """``{name: {"waiting": N, "passed": M, "open": bool}}`` for every gate a request has reached."""
-        return httpx.get(self.root + "/control/held", timeout=10).json()
+        return http_client.get(self.root + "/control/held", timeout=10).json()
 
     def held(self, name: str) -> int:
         """How many requests wait at ``name`` now."""
@@ -561,7 +561,7 @@ class EngineControl:
         body: dict[str, Any] = {} if name is None else {"name": name}
         if count is not None:
             body["count"] = count
-        httpx.post(self.root + "/control/release", json=body, timeout=10).raise_for_status()
+        http_client.post(self.root + "/control/release", json=body, timeout=10).raise_for_status()
 
 
 

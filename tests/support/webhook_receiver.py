@@ -20,8 +20,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
-
+from tests.support import http_client
 from tests.support.announce import start_announced, stop
 
 __all__ = ["Receiver", "running_receiver"]
@@ -133,7 +132,7 @@ class Receiver:
         return f"{self.base}/hooks/{name}"
 
     def _control(self, what: str, **args: Any) -> None:
-        httpx.post(f"{self.base}/_control/{what}", json=args, timeout=10).raise_for_status()
+        http_client.post(f"{self.base}/_control/{what}", json=args, timeout=10).raise_for_status()
 
     def fail(self, name: str, count: int, status: int = 500) -> None:
         """The next ``count`` requests to ``name`` are answered ``status``."""
@@ -145,7 +144,7 @@ class Receiver:
 
     def requests(self, name: str) -> list[dict[str, Any]]:
         """What ``name`` received, oldest first, each with its ``body`` as bytes."""
-        got = httpx.get(f"{self.base}/_control/requests", timeout=10).json()
+        got = http_client.get(f"{self.base}/_control/requests", timeout=10).json()
         return [{**r, "body": base64.b64decode(r["body"])} for r in got if r["path"] == f"/hooks/{name}"]
 
     def wait_for(self, name: str, check: Callable[[list[dict[str, Any]]], bool], what: str,
