@@ -239,7 +239,9 @@ def test_ids_and_filters_holding_nul_are_unknown(server):
     # Metadata values may hold NUL: they are stored as JSON text, escaped.
     resp = server.http("POST", f"/batches/{batch.json()['id']}/metadata", json={"metadata": {"k": "a\x00b"}})
     assert resp.status_code == 200 and resp.json()["metadata"] == {"k": "a\x00b"}, resp.text
-    # A file name the store cannot keep is a 400, and nothing is stored.
+    # A file name the store cannot keep is a 400, and nothing is stored (the batch has ended: its output file is
+    # among the files before).
+    server.wait(batch.json()["id"])
     files = file_ids(server)
     for name in (b"a\x00b.jsonl", b"n" * 513):
         resp = server.http("POST", "/files", content=_form(name), headers={
