@@ -15,14 +15,16 @@ from __future__ import annotations
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, repeat
-from operator import getitem
-from typing import BinaryIO, NamedTuple
+from operator import attrgetter, getitem
+from typing import Any, BinaryIO, NamedTuple
 
+import msgspec
 import numpy as np
 
 __all__ = ["PROMPT_FIELDS", "LEVELS", "ENTRY", "DispatchEntry", "PrefixCollector", "DispatchOrder", "prefix_chain",
+           "prompt_reader",
            "chain_hashes", "encode_entries", "read_entries"]
 
 # The body fields whose raw bytes make a record's prompt, in the order an engine sees them (the system or
@@ -89,6 +91,22 @@ def _mix(values: np.ndarray) -> np.ndarray:
     values ^= values >> np.uint64(27)
     values *= np.uint64(0x94D049BB133111EB)
     return values ^ (values >> np.uint64(31))
+
+
+def prompt_reader(fields: tuple[str, ...]) -> Callable[[Any], Any] | None:
+    """How the create's fast path takes a record's prompt material from its decoded body
+    (``validation.records.decode_ordinary``): the one field's ``msgspec.Raw``, or the present fields' bytes joined;
+    ``msgspec.UNSET`` for none. None for an endpoint without prompt fields."""
+    if not fields:
+        return None
+    if len(fields) == 1:
+        return attrgetter(fields[0])
+
+    def joined(body: Any) -> Any:
+        parts = [bytes(part) for part in (getattr(body, name) for name in fields) if part is not msgspec.UNSET]
+        return b"".join(parts) if parts else msgspec.UNSET
+
+    return joined
 
 
 class PrefixCollector:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputRefused, StoreError, StoreUnavailable
 
-__all__ = ["Block", "read_blocks", "numbered_lines", "BOM"]
+__all__ = ["Block", "read_blocks", "numbered_lines", "is_utf8", "BOM"]
 
 _BLOCK = 1 << 20
 BOM = b"\xef\xbb\xbf"  # U+FEFF in UTF-8
@@ -48,6 +48,17 @@ class Block:
             self._newlines = np.flatnonzero(np.frombuffer(self.data, np.uint8) == 10)
         return self._newlines
 
+    def every_line_opens(self) -> bool:
+        """Whether every line begins with a character other than JSON whitespace (so none is blank), and the
+        lines are just ``data``'s newline-separated parts (no item holding newlines of its own, as an inline
+        request may)."""
+        data = self.data
+        newlines = self.newlines()
+        if len(newlines) != self.count - 1 or not data or data[0] in _BLANK or data[-1] == _NEWLINE:
+            return False
+        after = np.frombuffer(data, np.uint8)[newlines + 1]  # each line's first byte but the first line's
+        return not ((after == 32) | (after == 9) | (after == 13) | (after == 10)).any()
+
     def lengths(self) -> np.ndarray:
         """Each line's length in bytes (int64)."""
         if self._lengths is None:
@@ -56,6 +67,18 @@ class Block:
             else:
                 self._lengths = np.diff(self.newlines(), prepend=-1, append=len(self.data)) - 1
         return self._lengths
+
+
+_BLANK = b" \t\r\n"  # JSON's whitespace: a line beginning with one may be blank
+_NEWLINE = 10
+
+
+def is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _too_long(number: int, limit: int) -> InputRefused:

@@ -23,9 +23,9 @@ import orjson
 
 from ..catalog import Catalog
 from ..errors import InputRefused
-from ..prefix import LEVELS, PROMPT_FIELDS, PrefixCollector
+from ..prefix import LEVELS, PROMPT_FIELDS, PrefixCollector, prompt_reader
 from ..types import Rejection
-from .lines import Block, read_blocks
+from .lines import Block, is_utf8, read_blocks
 from .records import (
     NumberGate,
     ParseFailure,
@@ -113,7 +113,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     decoder = decode_ordinary(endpoint, offered, fields)
     decode = decoder.decode
     prefixes = result.prefixes = PrefixCollector() if fields else None
-    prompt_of = _prompt_reader(fields)
+    prompt_of = prompt_reader(fields)
     shortest = LEVELS[0]
     # A line shorter than this cannot hold a prompt of ``shortest`` bytes: what surrounds it takes the rest.
     long_line = shortest + len('{"custom_id":"","method":"POST","url":"","body":{"model":"",}}') + len(endpoint)
@@ -166,7 +166,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
             # rules need, skipping the rest (still checking its syntax). What skipping does not check, UTF-8 and
             # the range of numbers, is checked for the whole block at once; a line that may hold a number out of
             # range (records.NumberGate) is read whole first. A blank line fails to decode.
-            if plain or ((ascii_block or raw.isascii() or _is_utf8(raw))
+            if plain or ((ascii_block or raw.isascii() or is_utf8(raw))
                          and not (offset in suspects and not _reads_whole(raw))):
                 try:
                     shape = decode(raw)
@@ -253,50 +253,18 @@ _CUSTOM_ID = attrgetter("custom_id")
 _MODEL = attrgetter("body.model")
 
 
-def _is_utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _prompt_reader(fields: tuple[str, ...]) -> Callable[[Any], Any] | None:
-    """How the fast path takes a record's prompt material from its decoded body: the one field's raw bytes, or
-    the present fields' bytes joined; UNSET for none."""
-    if not fields:
-        return None
-    if len(fields) == 1:
-        return attrgetter(fields[0])  # the field's msgspec.Raw, or UNSET
-
-    def joined(body: Any) -> Any:
-        parts = [bytes(part) for part in (getattr(body, name) for name in fields) if part is not _UNSET]
-        return b"".join(parts) if parts else _UNSET
-
-    return joined
-
-
 def _ordinary_block(decoder: Any, block: Block) -> list[Any] | None:
     """Every line of ``block`` decoded as an ordinary record, in one call, or None when one of them is not one.
     ``decode_lines`` skips blank lines and reads two values on one line: so only a block whose every line begins
-    with a character other than whitespace (none is blank) is decoded so, and one value a line is checked by the
-    count. Items that hold newlines of their own (inline requests) are left to the line-by-line path."""
-    data = block.data
-    newlines = block.newlines()
-    if len(newlines) != block.count - 1 or not data or data[0] in _BLANK or data[-1] == _NEWLINE:
-        return None
-    after = np.frombuffer(data, np.uint8)[newlines + 1]  # each line's first byte but the first line's
-    if ((after == 32) | (after == 9) | (after == 13) | (after == 10)).any():
+    with a character other than whitespace (``Block.every_line_opens``) is decoded so, and one value a line is
+    checked by the count."""
+    if not block.every_line_opens():
         return None
     try:
-        shapes = decoder.decode_lines(data)
+        shapes = decoder.decode_lines(block.data)
     except (msgspec.DecodeError, RecursionError):
         return None
     return shapes if len(shapes) == block.count else None
-
-
-_BLANK = b" \t\r\n"  # JSON's whitespace: a line beginning with one may be blank
-_NEWLINE = 10
 
 
 def _reads_whole(raw: bytes) -> bool:

@@ -1,16 +1,6 @@
 """The adaptive concurrency limiter of ``concurrency = "auto"``: how many calls one worker process sends to one
-engine replica at once, found from the engine's answers (AIMD on latency; docs/engines.md, "Adaptive concurrency").
-
-A window is ``max(limit, MIN_WINDOW)`` calls sent one after another under one limit, judged on a typical call's
-latency (``latency_window.QUANTILE`` of its answers): a few heavy calls (prefix groups' leaders computing their
-documents, long answers) do not move it, while load slows most calls. Against the baseline (the lowest recent
-window), a window whose answers are significantly often slower than ``tolerance`` allows shrinks the limit in
-proportion; one whose typical latency is within it grows the limit, if every slot was taken at some point. Either is
-decided as soon as the answers back leave no doubt, so a window does not wait for its slowest call. A 429 or 503 shrinks
-the limit at once, once per round. The limiter starts at ``min_limit``, so that its first window measures the
-engine's unloaded latency, and measures it again there whenever the latency at the bottom exceeds what the baseline
-tolerates.
-"""
+engine replica at once, found from the engine's answers (AIMD on latency, judged a window of calls at a time; how
+and why: docs/engines.md, "Adaptive concurrency")."""
 
 from __future__ import annotations
 
@@ -20,6 +10,7 @@ import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from enum import StrEnum
 
 from .latency_window import Window
@@ -57,15 +48,13 @@ def outcome_for_status(status_code: int) -> Outcome:
     return Outcome.ERROR
 
 
+@dataclass(slots=True)
 class Token:
     """One slot taken: when its call was sent, and the window measuring it (or None)."""
 
-    __slots__ = ("sent", "window", "released")
-
-    def __init__(self, sent: float, window: Window | None) -> None:
-        self.sent = sent
-        self.window = window
-        self.released = False
+    sent: float
+    window: Window | None
+    released: bool = False
 
 
 class ConcurrencyLimiter:
@@ -307,15 +296,13 @@ class ConcurrencyLimiter:
             self.on_change(self.limit)
 
 
+@dataclass(slots=True)
 class Slot:
     """A slot held by ``ConcurrencyLimiter.slot``; ``report`` says how its call went."""
 
-    __slots__ = ("token", "outcome", "work")
-
-    def __init__(self, token: Token) -> None:
-        self.token = token
-        self.outcome: Outcome | None = None
-        self.work = 1.0
+    token: Token
+    outcome: Outcome | None = None
+    work: float = 1.0
 
     def report(self, outcome: Outcome, work: float = 1.0) -> None:
         self.outcome = outcome
