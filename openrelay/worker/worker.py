@@ -87,7 +87,7 @@ class Worker:
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
-            task = asyncio.create_task(self._handle(batch))
+            task = asyncio.create_task(self._serve(batch))
             self._active[batch.id] = task
             if batch.status is BatchStatus.IN_PROGRESS:
                 self._runs.add(batch.id)
@@ -97,9 +97,10 @@ class Worker:
         self._active.pop(batch_id, None)
         self._runs.discard(batch_id)
 
-    async def _handle(self, batch: Batch) -> None:
+    async def _serve(self, batch: Batch) -> None:
+        """Run or end the claimed batch; a run that fails is retried later (``_run_failed``)."""
         try:
-            await self._act(batch)
+            await self._run_or_end(batch)
         except LeaseLost:
             log.warning("batch %s: lease lost while finalizing; another worker takes it", batch.id)
         except Exception as exc:
@@ -124,7 +125,9 @@ class Worker:
         delay = Backoff(base=runs.run_retry_base_seconds, cap=runs.run_retry_max_seconds).delay(failures)
         self.rt.batches.retry_later(batch.id, self.worker_id, failures=failures, delay=delay)
 
-    async def _act(self, batch: Batch) -> None:
+    async def _run_or_end(self, batch: Batch) -> None:
+        """End the batch where its status or the catalog says it ends (cancelling, finalizing, model gone, past
+        its window); otherwise run its records, on the model's gate (its limiters starting from the store's)."""
         spec = self.rt.catalog.models.get(batch.model)
         if batch.status is BatchStatus.CANCELLING:
             await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED)
