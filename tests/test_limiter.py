@@ -613,3 +613,18 @@ def test_a_learnt_baseline_from_lighter_work_is_relearnt() -> None:
     assert 12 <= min(steady) and max(steady) <= 24, (min(steady), max(steady))
     learnt = sim.made.learnt()
     assert learnt is not None and learnt[1] >= 2.5 * baseline
+
+
+def test_what_is_learnt_is_a_limit_that_kept_up_not_a_probe_above_it() -> None:
+    """On an engine with no room for a second call, the limit probes 2 now and then and comes back to 1. What a
+    worker would write to the store at any moment is 1: a worker started at the probe would begin with windows too
+    slow for the engine (on llama-server, a restarted worker was slower than a fresh one)."""
+    sim = Simulation(SimulatedEngine(knee=1))
+    limits, learnt = set(), set()
+    for second in range(20, 400):
+        sim.run(second)
+        limits.add(sim.made.limit)
+        if (found := sim.made.learnt()) is not None:
+            learnt.add(found[0])
+    assert limits == {1, 2}  # it does probe
+    assert learnt == {1}

@@ -88,6 +88,7 @@ class ConcurrencyLimiter:
         self._windows = 0  # windows started so far
         self._filling: Window | None = None  # a window decided before all its calls were out: they go first
         self._last_baseline = baseline  # the latest baseline measured (or learnt), kept across a relearning
+        self._kept_up = self.limit  # the limit of the last window the engine kept up with (lowered by back-offs)
         if baseline is not None and initial is not None:
             self._lows.append((0, baseline))
             self._slow_start = False
@@ -100,10 +101,11 @@ class ConcurrencyLimiter:
 
     def learnt(self) -> tuple[int, float] | None:
         """(limit, baseline) once the engine has pushed back at least once, for a later limiter of the replica to
-        start from; None while the first climb goes on (a limit it has not finished finding)."""
+        start from; None while the first climb goes on (a limit it has not finished finding). The limit is the last
+        one the engine kept up with, not a probe above it."""
         if self._slow_start or self._last_baseline is None:
             return None
-        return self.limit, self._last_baseline
+        return self._kept_up, self._last_baseline
 
     @property
     def in_flight(self) -> int:
@@ -237,6 +239,7 @@ class ConcurrencyLimiter:
         window measures it again (as BBR drains its queue to measure the round trip); not this one, which was
         picked for being slow."""
         if self.limit <= self.min_limit:
+            self._kept_up = self.limit
             self._lows.clear()
             window.offers_later = False
             self._ceiling = math.inf  # found against the old baseline
@@ -248,6 +251,7 @@ class ConcurrencyLimiter:
         self._back_off(ceiling)
 
     def _grow(self) -> None:
+        self._kept_up = self.limit
         if self._slow_start:
             self._set_estimate(self._estimate * 2)
         else:
@@ -283,6 +287,7 @@ class ConcurrencyLimiter:
         return min(self._streak, max(least, (self._ceiling - self._estimate) / 2))
 
     def _back_off(self, ceiling: float) -> None:
+        self._kept_up = min(self._kept_up, self.limit)
         self._ceiling = ceiling
         self._slow_start = False
         self._streak = 0
