@@ -7,7 +7,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from openrelay.validation.lines import read_blocks
+from openrelay.validation.lines import Block, read_blocks
+from openrelay.validation.records import NumberGate
 from openrelay.validation.scan import inline_lines, scan_records
 from tests.test_scan_fast_path import CATALOG, EP, record, reference, scanned
 
@@ -67,3 +68,16 @@ def test_inline_requests_with_newlines_of_their_own():
     raws[4] = orjson.dumps(record("i4"), option=orjson.OPT_INDENT_2)  # a request over several lines
     result = scan_records(lambda: inline_lines(raws), endpoint=EP, catalog=CATALOG, max_records=100)
     assert (result.total, result.rejections, result.model) == (10, [], "m/chat")
+
+
+@pytest.mark.parametrize(("tail", "suspect"), [
+    (b"1e", False), (b"1e4", False), (b"1e+4", False), (b"1e40", False), (b"1e+40", False), (b"1e400", True),
+    (b"1E-999", True), (b"9" * 211, True),
+])
+def test_the_number_gate_reads_a_block_to_its_last_byte(tail, suspect):
+    """A pattern at the very end of a block is judged on the bytes there are (nothing past the block is read as a
+    digit): the last line is a suspect exactly when it ends in an exponent of three digits or a long run."""
+    gate = NumberGate()
+    for data in (tail, b'{"a":1}\n' + tail, b"x" * 1000 + b"\n" + tail):
+        block = Block(1, data)
+        assert gate.suspects(block) == (({block.count - 1} if suspect else set()), True), data[-20:]

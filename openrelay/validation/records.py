@@ -92,10 +92,12 @@ def decode_ordinary(endpoint: str, offered: Iterable[str], prompt_fields: tuple[
         body = msgspec.defstruct("OrdinaryBody", [
             ("model", Literal[models]), ("stream", Literal[False] | None, None),
             ("openrelay", msgspec.UnsetType, _UNSET), ("tool_config", msgspec.UnsetType, _UNSET),
-            *((name, _MaybeRaw, _UNSET) for name in prompt_fields)])
+            *((name, _MaybeRaw, _UNSET) for name in prompt_fields)], gc=False)
+        # gc=False: they hold strings and raw bytes only, never a cycle, so the collector need not track the
+        # 50,000 of a big input (which makes them cheaper to make and to free).
         record = msgspec.defstruct("Ordinary", [
             ("custom_id", Annotated[str, msgspec.Meta(min_length=1)]), ("method", Literal["POST"]),
-            ("url", Literal[endpoint]), ("body", body)], forbid_unknown_fields=True)
+            ("url", Literal[endpoint]), ("body", body)], forbid_unknown_fields=True, gc=False)
         decode = _ordinary_decoders[key] = msgspec.json.Decoder(record)
     return decode
 
@@ -162,41 +164,45 @@ class NumberGate:
     _STRIDE = 105  # half the shortest run to find
     _WINDOW = _STRIDE * 10_000  # bytes looked at per step, a multiple of the stride; scratch arrays this long
     _OVERLAP = 256  # a window also looks this far into the next: a pattern or run that starts in it is seen
-    _PAD = b"\n" * 8  # so that the bytes after a candidate can be read without bounds checks
+    _BEYOND = 8  # scratch past a window's end, read as "not a digit": a candidate's next bytes need no bounds checks
 
     def __init__(self) -> None:
         # Kept between blocks: fresh megabyte arrays would cost their page faults every block.
-        size = self._WINDOW + self._OVERLAP + len(self._PAD)
+        size = self._WINDOW + self._OVERLAP + self._BEYOND
         self._work = np.empty(size, np.uint8)
         self._digit = np.empty(size, np.bool_)
         self._digit_e = np.empty(size, np.bool_)
 
     def suspects(self, block: Block) -> tuple[set[int], bool]:
         """(indices of the lines of ``block`` to read whole, mostly none; whether the block is all ASCII)."""
-        joined = block.data + self._PAD
         found: list[int] = []
-        view = memoryview(joined)
-        for start in range(0, len(joined) - len(self._PAD), self._WINDOW):
-            window = view[start:start + self._WINDOW + self._OVERLAP + len(self._PAD)]
+        view = memoryview(block.data)
+        for start in range(0, len(view), self._WINDOW):
+            window = view[start:start + self._WINDOW + self._OVERLAP]
             found.extend(start + position for position in self._positions(window))
         if not found:
-            return set(), joined.isascii()
+            return set(), block.data.isascii()
         starts = np.cumsum(block.lengths() + 1) - (block.lengths() + 1)  # where each line begins in ``data``
-        return set((np.searchsorted(starts, found, side="right") - 1).tolist()), joined.isascii()
+        return set((np.searchsorted(starts, found, side="right") - 1).tolist()), block.data.isascii()
 
     def _positions(self, window: memoryview) -> list[int]:
         n = len(window)
+        if n < 2:
+            return []
         data = np.frombuffer(window, np.uint8)
         work, digit, digit_e = self._work[:n], self._digit[:n], self._digit_e[:n - 1]
         np.less(np.subtract(data, 48, out=work), 10, out=digit)
+        self._digit[n:n + self._BEYOND] = False
         np.equal(np.bitwise_or(data[1:], 32, out=work[:n - 1]), 101, out=digit_e)
         np.logical_and(digit_e, digit[:-1], out=digit_e)  # a digit, then e or E
         positions: list[int] = []
         if digit_e.any():
             found = np.flatnonzero(digit_e)
-            after = found + 2
-            after = after + ((data[after] == 43) | (data[after] == 45))
-            three = digit[after] & digit[after + 1] & digit[after + 2]
+            after = found + 2  # at most n: one past the window, where the sign below reads its last byte instead
+            sign = data.take(after, mode="clip")
+            after = after + ((sign == 43) | (sign == 45))
+            padded = self._digit  # its bytes past the window are False
+            three = padded[after] & padded[after + 1] & padded[after + 2]
             positions.extend(found[three].tolist())
         sampled = digit[::self._STRIDE]
         runs = np.flatnonzero(sampled[:-1] & sampled[1:])

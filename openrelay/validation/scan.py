@@ -141,8 +141,12 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                         seen.add(custom_id)
                     pending.append((first + offset, custom_id, None, None, shape.body.model))
             else:
-                ids = list(map(_CUSTOM_ID, shapes))
-                for model in set(map(_MODEL, shapes)):
+                known = len(seen)
+                seen.update(map(_CUSTOM_ID, shapes))
+                if len(seen) != known + len(shapes):
+                    raise _NeedsFullPass  # a custom_id seen before, or twice in the block
+                # With one model offered, every ordinary record names it (its type is that one name).
+                for model in (shapes[0].body.model,) if len(offered) == 1 else set(map(_MODEL, shapes)):
                     if model is not batch_model:
                         if batch_model is not None:
                             raise _NeedsFullPass
