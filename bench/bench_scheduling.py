@@ -2,7 +2,7 @@
 records in input order at the same concurrency, against the same engine, which keeps a prefix cache.
 
     .venv/bin/python bench/bench_scheduling.py [--engines test,llama] [--concurrency 16] [--rounds 2] [--restart]
-        [--ungrouped] [--auto] [--sweep 4,8,16,32] [--replicas]
+        [--ungrouped] [--auto] [--sweep 4,8,16,32] [--replicas] [--batches-only]
 
 The workload: one long system prompt shared by every record, ``--documents`` long documents with ``--questions``
 questions each (records ``doc{d}-q{q}``: system prompt, then the document, then the question), in random order
@@ -18,7 +18,8 @@ Workloads, each against the plain client at the same concurrency, run in pairs b
 ``--auto-max``, where the test engine has a knee (``--knee``) and answers 429 past ``--max-in-flight``;
 ``--sweep``, fixed concurrencies; ``--replicas``, two engine processes in ``base_urls`` (the plain client takes
 them in turn). ``--restart`` stops and starts `orl serve` (same store) before each round after the first, so that
-those rounds run on fresh worker processes (with ``"auto"``, limiters that start from what the store kept). A
+those rounds run on fresh worker processes (with ``"auto"``, limiters that start from what the store kept);
+``--batches-only`` leaves the plain client out, to compare ``"auto"`` with the sweep in less time. A
 workload the tree cannot serve yet (a catalog field not understood) is reported and skipped.
 
 Per run: wall seconds (the client's: from creating the batch until it is seen completed, polling every 50 ms, 500
@@ -280,11 +281,12 @@ def start_server(work: Path, catalog: str) -> Server:
 
 
 def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, rounds: int,
-                 poll_seconds: float, restart: bool = False) -> list[Run]:
+                 poll_seconds: float, restart: bool = False, plain: bool = True) -> list[Run]:
     """Pairs of runs (batch, plain client) in alternating order; prints each run and the paired ratios of wall time
     (plain client / batch: above 1, the batch was faster); returns the batch runs, one a round. ``restart``: the
     server is stopped and started again (same store) before each round after the first, so that each of those
-    rounds runs on a worker process of its own, which starts from what the store kept of the last one."""
+    rounds runs on a worker process of its own, which starts from what the store kept of the last one. ``plain``
+    False: the batch runs alone (for comparing batches with one another: ``"auto"`` against the sweep)."""
     print(f"  {workload.label}:", flush=True)
     try:
         server = start_server(work, workload.catalog(engines))
@@ -303,7 +305,8 @@ def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, r
                 server.stop()
                 server.start()
             runs: dict[str, Run] = {}
-            for side in ("batch", "direct") if i % 2 == 0 else ("direct", "batch"):
+            sides = ("batch", "direct") if i % 2 == 0 else ("direct", "batch")
+            for side in sides if plain else ("batch",):
                 engines.fresh()
                 if side == "batch":
                     run = batch_run(server, uploaded.json()["id"], poll_seconds)
@@ -311,14 +314,16 @@ def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, r
                     run = asyncio.run(direct_client(engines.urls, path, workload.concurrency, engines.served))
                 run.too_many_requests = engines.too_many_requests()
                 runs[side] = run
-            print(runs["batch"].line("orl serve batch"))
-            print(runs["direct"].line(f"plain client, input order, c={workload.concurrency}"), flush=True)
-            ratios.append(runs["direct"].seconds / runs["batch"].seconds)
+            print(runs["batch"].line("orl serve batch"), flush=True)
             batches.append(runs["batch"])
+            if plain:
+                print(runs["direct"].line(f"plain client, input order, c={workload.concurrency}"), flush=True)
+                ratios.append(runs["direct"].seconds / runs["batch"].seconds)
     finally:
         server.stop()
-    print(f"    plain client's wall time / the batch's: median {statistics.median(ratios):.2f} "
-          f"({', '.join(f'{r:.2f}' for r in ratios)})")
+    if ratios:
+        print(f"    plain client's wall time / the batch's: median {statistics.median(ratios):.2f} "
+              f"({', '.join(f'{r:.2f}' for r in ratios)})")
     return batches
 
 
@@ -369,6 +374,8 @@ def main() -> None:
     parser.add_argument("--sweep", type=lambda s: [int(x) for x in s.split(",") if x], default=[],
                         help="also batches at these fixed concurrencies, e.g. 4,8,16,32")
     parser.add_argument("--replicas", action="store_true", help="also two engine replicas in base_urls")
+    parser.add_argument("--batches-only", action="store_true",
+                        help="no plain client runs: compare the batches with one another (--auto with --sweep)")
     parser.add_argument("--restart", action="store_true",
                         help="restart orl serve (same store) before each round after the first")
     test = parser.add_argument_group("the test engine's simulation (tests/support/engine_simulation.py)")
@@ -447,7 +454,7 @@ def run_all(args: argparse.Namespace, work: Path, path: Path, concurrency: int, 
             if workload.replicas not in engines:
                 engines[workload.replicas] = make_engines(workload.replicas)
             results[workload] = run_workload(workload, engines[workload.replicas], work, path, args.rounds,
-                                             poll_seconds, args.restart)
+                                             poll_seconds, args.restart, not args.batches_only)
         compare_auto(results)
     finally:
         for started in engines.values():
