@@ -628,3 +628,12 @@ def test_what_is_learnt_is_a_limit_that_kept_up_not_a_probe_above_it() -> None:
             learnt.add(found[0])
     assert limits == {1, 2}  # it does probe
     assert learnt == {1}
+
+
+def test_a_limiter_started_from_what_was_learnt_does_not_first_probe_above_it() -> None:
+    """Started at a learnt 1 on an engine with no room for a second call, the limit approaches 2 as after a back-off
+    there (a sixteenth of itself a good window at the least: 2 after 56 simulated seconds) instead of sending two
+    calls at once after its first window (at 8 s, before)."""
+    sim = Simulation(SimulatedEngine(knee=1), lambda clock: ConcurrencyLimiter(1, 256, 1, baseline=1.0, clock=clock))
+    sim.run(40)
+    assert set(sim.limits(0)) == {1}

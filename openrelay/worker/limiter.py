@@ -66,7 +66,7 @@ class ConcurrencyLimiter:
                  baseline: float | None = None, tolerance: float = TOLERANCE,
                  clock: Callable[[], float] = time.monotonic, on_change: Callable[[int], None] | None = None) -> None:
         """``initial`` and ``baseline``: where an earlier limiter of the replica left off (``learnt``): it starts
-        there, past its slow start, probing upwards from ``initial`` as from a limit the engine pushed back at."""
+        there, past its slow start, probing upwards from ``initial`` as after the engine pushed back one call above it."""
         if not 1 <= min_limit <= max_limit:
             raise ValueError("need 1 <= min_limit <= max_limit")
         start = min_limit if initial is None else initial  # at the bottom: the unloaded latency is measured first
@@ -92,7 +92,9 @@ class ConcurrencyLimiter:
         if baseline is not None and initial is not None:
             self._lows.append((0, baseline))
             self._slow_start = False
-            self._ceiling = self._estimate
+            # As if the engine had pushed back one call above the learnt limit (what it kept up with): the limit
+            # dwells there, probing as after a back-off, rather than first probing a call more at once.
+            self._ceiling = self._estimate + 1
         self._window = self._start_window()
 
     @property
