@@ -200,6 +200,9 @@ def test_expired_batch_retries_what_the_window_left_unrun(make_server, engine):
     taken = [orjson.loads(x)["custom_id"] for x in _input_lines(server, answer.json())]
     assert taken == expired  # in input order, which sorts the same here
     assert answer.json()["metadata"] == {"retry_of": batch["id"]}  # the source had no tags
+    # The retry runs through the open gate; it ends here, not in the server's drain at teardown (after the engine's
+    # reset has closed the gate again).
+    server.wait(answer.json()["id"])
 
 
 def test_a_create_rerun_with_its_key_finds_the_first_batch_not_its_retry(server, engine, tmp_path):
