@@ -24,7 +24,7 @@ from .gojson import unmarshal_error_message
 from .lines import Block
 from .tool_config import tool_config_problem
 
-__all__ = ["Verdict", "parse_line", "check_record", "carries_workflow", "cut_custom_id", "ParseFailure", "MAX_DEPTH",
+__all__ = ["Verdict", "parse_line", "check_record", "cut_custom_id", "ParseFailure", "MAX_DEPTH",
            "decode_ordinary", "decode_whole", "decode_prompt", "NumberGate"]
 
 CUSTOM_ID_LIMIT = 512  # bytes of the JSON-escaped custom_id shown back to the user
@@ -210,20 +210,6 @@ class NumberGate:
             positions.extend((runs * self._STRIDE).tolist())
         return positions
 
-
-
-def carries_workflow(record: Any) -> bool:
-    """Whether the record asks for ``openrelay.workflow`` (in ``body.openrelay`` or a top-level ``openrelay``)."""
-    if not isinstance(record, dict):
-        return False
-    top = record.get("openrelay")
-    if isinstance(top, dict) and "workflow" in top:
-        return True
-    body = record.get("body")
-    if isinstance(body, dict):
-        ext = body.get("openrelay")
-        return isinstance(ext, dict) and "workflow" in ext
-    return False
 
 
 def cut_custom_id(custom_id: str) -> str:

@@ -29,7 +29,6 @@ from .lines import Block, is_utf8, read_blocks
 from .records import (
     NumberGate,
     ParseFailure,
-    carries_workflow,
     check_record,
     cut_custom_id,
     decode_ordinary,
@@ -37,6 +36,7 @@ from .records import (
     decode_whole,
     parse_line,
 )
+from .workflow import refuse_if_workflow, refuse_if_workflow_line
 
 __all__ = ["ScanResult", "scan_records", "file_lines", "inline_lines"]
 
@@ -164,7 +164,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                 if raw and not raw.isspace():
                     total += 1
                     if b"workflow" in raw or b"\\u" in raw:
-                        _refuse_if_workflow_line(first + offset, raw)
+                        refuse_if_workflow_line(first + offset, raw)
                 continue
             # Fast path: msgspec decodes the record into a struct of its four fields and of the body's fields the
             # rules need, skipping the rest (still checking its syntax). What skipping does not check, UTF-8 and
@@ -212,7 +212,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                     rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
                     skipped.append(offset)
                     continue
-            _refuse_if_workflow(line, record)
+            refuse_if_workflow(line, record)
             verdict = check_record(record, endpoint=endpoint, catalog=catalog)
             if not verdict.custom_id:
                 rejections.append(Rejection(line=line, custom_id="", code=verdict.code or "",
@@ -297,17 +297,3 @@ def _apply_whole_input_rules(result: ScanResult, pending: list[tuple[int, str, s
             result.rejections.append(Rejection(line=line, custom_id=cut_custom_id(custom_id), code=code,
                                                message=message or ""))
     result.rejections.sort(key=lambda r: r.line)
-
-
-def _refuse_if_workflow_line(line: int, raw: bytes) -> None:
-    try:
-        record = parse_line(raw)
-    except ParseFailure:
-        return
-    _refuse_if_workflow(line, record)
-
-
-def _refuse_if_workflow(line: int, record: Any) -> None:
-    if carries_workflow(record):
-        raise InputRefused(f"line {line}: openrelay.workflow is not supported in batch; nothing was created",
-                           code="workflow_unsupported")

@@ -11,9 +11,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
-from .latency_window import Window
+from .latency_window import Outcome, Window, outcome_for_status
 
 __all__ = ["ConcurrencyLimiter", "Outcome", "Slot", "Token", "outcome_for_status"]
 
@@ -30,22 +29,6 @@ PROBE_STEP = 1 / 16  # below the limit it last backed off from, a low limit grow
 BASELINE_WINDOWS = 256  # the baseline forgets a window after this many more: a workload that got slower is relearnt
 LATENCY_BACKOFF = (0.5, 0.9)  # a slow window multiplies the limit by tolerated/observed, held within these bounds
 OVERLOAD_BACKOFF = 0.8  # what a 429/503 multiplies the limit by
-
-
-class Outcome(StrEnum):
-    SUCCESS = "success"  # the engine answered: a latency sample
-    OVERLOAD = "overload"  # 429 or 503, or no answer within the timeout: back off
-    ERROR = "error"  # any other failure (a 4xx, a refused connection): frees the slot, tells nothing
-    IGNORE = "ignore"  # the call was cancelled before its answer: frees the slot, tells nothing
-
-
-def outcome_for_status(status_code: int) -> Outcome:
-    """What an engine's HTTP answer tells the limiter. 408 and 504 are timeouts, which count as overload."""
-    if 200 <= status_code < 300:
-        return Outcome.SUCCESS
-    if status_code in (408, 429, 503, 504):
-        return Outcome.OVERLOAD
-    return Outcome.ERROR
 
 
 @dataclass(slots=True)
@@ -66,7 +49,8 @@ class ConcurrencyLimiter:
                  baseline: float | None = None, tolerance: float = TOLERANCE,
                  clock: Callable[[], float] = time.monotonic, on_change: Callable[[int], None] | None = None) -> None:
         """``initial`` and ``baseline``: where an earlier limiter of the replica left off (``learnt``): it starts
-        there, past its slow start, probing upwards from ``initial`` as after the engine pushed back one call above it."""
+        there, past its slow start, probing upwards from ``initial`` as after the engine pushed back one call above
+        it."""
         if not 1 <= min_limit <= max_limit:
             raise ValueError("need 1 <= min_limit <= max_limit")
         start = min_limit if initial is None else initial  # at the bottom: the unloaded latency is measured first
