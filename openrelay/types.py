@@ -208,9 +208,12 @@ class Batch:
         runs fast or slow ends the batch when the claims would."""
         return time.time() + self.clock_skew >= self.expires_at
 
-    def claimed_at(self, db_clock: float) -> Batch:
-        """This batch as claimed when the database's clock read ``db_clock``."""
-        return dataclasses.replace(self, clock_skew=db_clock - time.time())
+    def claimed_at(self, db_clock: float, local_clock: float) -> Batch:
+        """This batch as claimed when the database's clock read ``db_clock``, read just after this machine's
+        ``local_clock``: so the skew is never less than it is (bar the database clock's resolution, a millisecond
+        on SQLite), and a worker does not judge its window open once the database's clock has passed it (measured
+        after the rest of the claim's transaction, it lagged by that transaction's time)."""
+        return dataclasses.replace(self, clock_skew=db_clock - local_clock)
 
     def as_api(self) -> dict[str, Any]:
         fields = {name: getattr(self, name) for name in BATCH_API_FIELDS}

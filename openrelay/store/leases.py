@@ -3,6 +3,8 @@ the retry mark that gives a failed run back to the queue. Every time here is the
 
 from __future__ import annotations
 
+import time
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
@@ -52,6 +54,7 @@ class BatchLeases:
         """
         models = list(slots)
         with self.db.write() as conn:
+            local = time.time()  # read just before the database's clock: the skew to it (``Batch.claimed_at``)
             clock = self.db.clock(conn)
             free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
             to_end = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
@@ -69,7 +72,7 @@ class BatchLeases:
             if taken.rowcount != 1:
                 return None  # another worker's claim won; the next tick looks again
             claimed = batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
-            return claimed.claimed_at(clock)
+            return claimed.claimed_at(clock, local)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
         """Per model with a free slot (counted over every worker, under the model's lock): expedited before
