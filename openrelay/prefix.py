@@ -24,8 +24,7 @@ import msgspec
 import numpy as np
 
 __all__ = ["PROMPT_FIELDS", "LEVELS", "ENTRY", "DispatchEntry", "PrefixCollector", "DispatchOrder", "prefix_chain",
-           "prompt_reader",
-           "chain_hashes", "encode_entries", "read_entries"]
+           "prompt_reader", "chain_hashes", "encode_entries", "read_entries"]
 
 # The body fields whose raw bytes make a record's prompt, in the order an engine sees them (the system or
 # developer messages lead ``messages``; ``instructions`` come before ``input``). Embeddings are not grouped.
