@@ -123,10 +123,12 @@ class Catalog:
         return _covered(url, self.webhooks_allow) is not None
 
     def as_api(self) -> dict[str, Any]:
-        return {"object": "list", "data": [
-            {"id": m.name, "object": "model", "endpoints": list(m.endpoints), "owned_by": "openrelay"}
-            for m in sorted(self.models.values(), key=lambda m: m.name)
-        ]}
+        return {"object": "list", "data": [self.model_object(name) for name in sorted(self.models)]}
+
+    def model_object(self, name: str) -> dict[str, Any]:
+        """The model ``name`` as OpenAI's model object, with the endpoints it serves (KeyError: not offered)."""
+        model = self.models[name]
+        return {"id": model.name, "object": "model", "endpoints": list(model.endpoints), "owned_by": "openrelay"}
 
 
 def _covered(url: str, entries: tuple[str, ...]) -> str | None:

@@ -58,13 +58,15 @@ def env_var(group: type, name: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class HttpLimits:
-    """What one request may send, and how slowly (the API process; `orl serve`'s flags override them)."""
+    """What one request may send, how slowly, and whether it is logged (the API process; `orl serve`'s flags
+    override them)."""
     max_header_bytes: int = setting(65_536, "OPENRELAY_MAX_HEADER_BYTES")  # request line and headers; 431 over it
     max_create_body_bytes: int = setting(100_000_000, "OPENRELAY_MAX_CREATE_BYTES")  # POST /v1/batches; 413 over it
     max_json_body_bytes: int = setting(1_000_000, "OPENRELAY_MAX_JSON_BYTES")  # every other JSON route; 413 over it
     max_upload_bytes: int = setting(200_000_000, "OPENRELAY_MAX_UPLOAD_BYTES")  # a file of POST /v1/files (200 MB)
     header_timeout_seconds: float = setting(10.0, "OPENRELAY_HEADER_TIMEOUT_SECONDS")  # first byte to end of headers
     body_idle_timeout_seconds: float = setting(30.0, "OPENRELAY_BODY_TIMEOUT_SECONDS")  # a body silent this long: 408
+    access_log: bool = setting(True, "OPENRELAY_ACCESS_LOG")  # a line per request: method, path, status, time, org
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from .api.app import create_app
 from .api.http_protocol import limited_http_protocol
 from .config import Settings
+from .http.access_log import AccessLog
 from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
 from .web.routes import UPLOAD_PATHS, mount_dashboard
@@ -60,6 +61,8 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
     bootstrap(rt)
     worker = Worker(rt) if with_worker else None
     app = assemble_app(rt)
+    if settings.http.access_log:
+        app.add_middleware(AccessLog)  # the last added: outermost, so it times and sees every answer
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +75,8 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
                 await worker.stop()
                 task.cancel()
             rt.close()
+            print("openrelay: stopped" + (" (the worker handed its batches back)" if worker else ""),
+                  file=sys.stderr)
 
     app.router.lifespan_context = lifespan
     print(f"openrelay: serving http://{host}:{port}/v1 (data in {settings.data_dir})", file=sys.stderr)

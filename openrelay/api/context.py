@@ -15,6 +15,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from ..errors import InvalidRequest
+from ..http.access_log import note_org
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from ..service.auth import KeyCache
@@ -46,6 +47,11 @@ def query_int(query: QueryParams, name: str, default: int) -> int:
         raise InvalidRequest(f"{name}: {exc.errors()[0]['msg']}", param=name) from None
 
 
+def _noted(request: Request, key: ApiKey) -> ApiKey:
+    note_org(request.scope, key.org_id)  # for the access log (http/access_log.py)
+    return key
+
+
 class ApiContext:
     """One per app. ``writes`` is the process's write hook: this context's read cache listens to it, and every
     write of the API (here) or the dashboard (web/pages.py) tells it."""
@@ -64,7 +70,7 @@ class ApiContext:
 
     async def writer(self, request: Request) -> ApiKey:
         """The key of a request that writes, as the store holds it now."""
-        return await run_in_threadpool(self.keys.authenticate, request.headers.get("authorization"))
+        return _noted(request, await run_in_threadpool(self.keys.authenticate, request.headers.get("authorization")))
 
     async def reader(self, request: Request) -> ApiKey:
         """The key of a request that only reads, from memory when it was checked recently (see ``KeyCache``)."""
@@ -72,7 +78,7 @@ class ApiContext:
         key = self.keys.cached(authorization)
         if key is None:
             key = await run_in_threadpool(self.keys.for_read, authorization)
-        return key
+        return _noted(request, key)
 
     async def writing(self, key: ApiKey, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` on a thread, for a request that writes the caller's batches; the write hook is told
@@ -91,8 +97,8 @@ class ApiContext:
         key = keys.cached(authorization)
         loop = asyncio.get_running_loop()
         if key is not None:
-            return await loop.run_in_executor(None, read, key)
-        return await loop.run_in_executor(None, lambda: read(keys.for_read(authorization)))
+            return await loop.run_in_executor(None, read, _noted(request, key))
+        return await loop.run_in_executor(None, lambda: read(_noted(request, keys.for_read(authorization))))
 
     async def by_plan(self, request: Request, make_plan: Callable[[ApiKey], Plan[T]]) -> T:
         """The answer of the plan ``make_plan(key)`` (``store.compiled``), run without leaving the event
@@ -103,6 +109,7 @@ class ApiContext:
         key = self.keys.cached(authorization)
         if key is None:
             key = await asyncio.get_running_loop().run_in_executor(None, self.keys.for_read, authorization)
+        _noted(request, key)
         if self.loop_reads is None:
             return run_plan(self.rt.db, make_plan(key), self._kept_here)
         return await self.loop_reads.run(lambda: make_plan(key))

@@ -11,8 +11,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import Send
 
+from ..catalog import ENDPOINTS
 from ..errors import InvalidRequest, MethodNotAllowed, NotFound, OpenRelayError
 
 __all__ = ["error_answer", "error_response", "send_error", "add_error_handlers"]
@@ -48,10 +50,10 @@ async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False) ->
     await send({"type": "http.response.body", "body": body})
 
 
-def _framework_refusal(exc: StarletteHTTPException) -> OpenRelayError:
+def _framework_refusal(request: Request, exc: StarletteHTTPException) -> OpenRelayError:
     """What the router (404, 405) or Starlette's form parsing (400) refused, as our error."""
     if exc.status_code == 404:
-        return NotFound("Unknown request URL")
+        return NotFound(_unknown_url(request))
     if exc.status_code == 405:
         return MethodNotAllowed(str(exc.detail))
     return InvalidRequest(str(exc.detail), code="server_error")  # the code these have always carried
@@ -71,5 +73,29 @@ def add_error_handlers(app: FastAPI) -> None:
         return error_response(InvalidRequest(f"{param}: {first.get('msg', 'invalid request')}", param=param))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> Response:
-        return error_response(_framework_refusal(exc))
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        return error_response(_framework_refusal(request, exc))
+
+
+def _unknown_url(request: Request) -> str:
+    """The 404's message: what the URL is, and what the caller most likely meant. A client pointed at an
+    inference server's routes learns that this is a batch service; one whose base URL lacks ``/v1`` is told so."""
+    method, path = request.method, request.url.path
+    said = f"Unknown request URL: {method} {path}."
+    bare = path.removeprefix("/v1")
+    if bare in _SYNC_PATHS:
+        return (f"{said} OpenRelay Batches is a batch service: it does not answer {'/v1' + bare} requests one by one."
+                " Write them to a JSONL file, one request per line, upload it (POST /v1/files, purpose \"batch\")"
+                " and create a batch of it (POST /v1/batches); the answers come back in its output file.")
+    if not path.startswith("/v1/") and _routes_to(request, "/v1" + path):
+        return f"{said} The API is under /v1: did you mean {method} /v1{path}? (A client's base URL ends in /v1.)"
+    return said
+
+
+_SYNC_PATHS = frozenset(endpoint.removeprefix("/v1") for endpoint in ENDPOINTS)
+
+
+def _routes_to(request: Request, path: str) -> bool:
+    """Whether some route of the app takes ``path`` (with any method)."""
+    scope = {**request.scope, "path": path}
+    return any(route.matches(scope)[0] is not Match.NONE for route in request.app.router.routes)

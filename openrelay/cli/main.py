@@ -89,6 +89,10 @@ def serve(
     body_timeout: BodyTimeout = None,
     blob_url: BlobUrl = None,
     max_batches: MaxBatches = None,
+    access_log: Annotated[bool | None, typer.Option(
+        "--access-log/--no-access-log", show_default=False,
+        help="A log line per request: method, path, status, time, organization; never a key, a query or a body "
+             f"(default on, env {env_var(HttpLimits, 'access_log')}=0 turns it off).")] = None,
 ) -> None:
     """Run the API, the scheduler and a worker in one process."""
     from ..server import serve as run_server
@@ -100,7 +104,7 @@ def serve(
                                max_batches=max_batches, max_header_bytes=max_header_bytes,
                                max_create_body_bytes=max_create_bytes, max_json_body_bytes=max_json_bytes,
                                max_upload_bytes=max_upload_bytes, header_timeout_seconds=header_timeout,
-                               body_idle_timeout_seconds=body_timeout)
+                               body_idle_timeout_seconds=body_timeout, access_log=access_log)
         run_server(settings, host=host, port=port, with_worker=with_worker)
 
 
@@ -123,7 +127,7 @@ def worker(
         run_worker(settings)
 
 
-def _with_flags(settings: Settings, *, max_batches: int | None, **http: float | None) -> Settings:
+def _with_flags(settings: Settings, *, max_batches: int | None, **http: float | bool | None) -> Settings:
     """The flags given (those not None) over what the environment and the defaults said."""
     import dataclasses
 

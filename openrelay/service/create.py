@@ -21,7 +21,7 @@ from ..runtime import Runtime
 from ..store.files import Files
 from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
-from ..validation.lines import BOM
+from ..validation.lines import BOM, Block
 from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
 from .create_body import check_create_fields, decode_create_body
@@ -100,7 +100,8 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.batches.max_records,
                           collect_prefixes=dry_run or _may_group(rt.catalog, endpoint))
     if result.accepted == 0:
-        _refuse_no_valid_records(rt.files, rt.blobs, key, result, store=not dry_run)
+        _refuse_no_valid_records(rt.files, rt.blobs, key, result, store=not dry_run,
+                                 hint=_not_jsonl_hint(source) if blob_key else "")
     if dry_run:  # every check done: answer as the create would, making and storing nothing
         batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id="",
                            endpoint=endpoint, priority=priority, metadata=metadata, input_file_id="", blob_key="",
@@ -167,8 +168,9 @@ def _dry_run_answer(catalog: Catalog, batch: Batch, result: ScanResult, source: 
 
 
 def _refuse_no_valid_records(files: Files, blobs: BlobStore, key: ApiKey, result: ScanResult, *,
-                             store: bool = True) -> None:
-    """``store``: keep the rejections as a file (not for a dry run, whose error names none)."""
+                             store: bool = True, hint: str = "") -> None:
+    """``store``: keep the rejections as a file (not for a dry run, whose error names none); ``hint``: a sentence
+    the message ends with."""
     file_id = None
     if store:
         file_id = new_file_id()
@@ -177,8 +179,8 @@ def _refuse_no_valid_records(files: Files, blobs: BlobStore, key: ApiKey, result
         files.add(file_id=file_id, org_id=key.org_id, purpose="batch_output", filename="rejections.jsonl",
                      size=size, blob_key=blob_key)
     raise NoValidRecords(
-        f"all {result.total} records were rejected; see rejected_records" if result.total
-        else "the input has no records",
+        (f"all {result.total} records were rejected; see rejected_records" if result.total
+         else "the input has no records") + hint,
         extra={
             "rejected_records": [r.as_api() for r in result.rejections],
             "rejected_records_file_id": file_id,
@@ -186,6 +188,21 @@ def _refuse_no_valid_records(files: Files, blobs: BlobStore, key: ApiKey, result
             "request_counts": {"total": result.total, "completed": 0, "failed": result.total},
         },
     )
+
+
+def _not_jsonl_hint(source: Callable[[], Iterable[Block]]) -> str:
+    """For an input file every record of which was rejected: a sentence saying it must be JSONL, when its first
+    line opens a JSON array or is a lone ``{`` (pretty-printed JSON); else nothing."""
+    with contextlib.closing(iter(source())) as blocks:
+        first = next((line.removeprefix(BOM).strip() for block in blocks for line in block.lines
+                      if line.removeprefix(BOM).strip()), b"")
+        if first.startswith(b"["):
+            return (". The input must be JSONL, one request object per line; it looks like a JSON array: write "
+                    "each element on a line of its own")
+        if first == b"{":
+            return (". The input must be JSONL, one request object per line; it looks like pretty-printed JSON: "
+                    "write each request on a single line")
+    return ""
 
 
 def _store_rejections(blobs: BlobStore, blob_key: str, rejections: list[Rejection]) -> int:
