@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
@@ -12,7 +14,15 @@ from ..types import TERMINAL_VALUES, Batch, FileRecord
 from .db import Database, holds_nul, newest_first_after
 from .schema import batches, files
 
-__all__ = ["Files", "insert_file"]
+__all__ = ["Files", "FileUses", "insert_file"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileUses:
+    """The batches created from one file (its ``input_file_id``)."""
+
+    batch_ids: tuple[str, ...]  # the newest first, at most the number asked for
+    count: int  # all of them
 
 
 def _file(row: Row) -> FileRecord:
@@ -58,6 +68,26 @@ class Files:
             query = newest_first_after(conn, files, query, org_id=org_id, after=after, kind="File")
             rows = conn.execute(query.limit(limit + 1)).all()
         return [_file(r) for r in rows[:limit]], len(rows) > limit
+
+    def batches_reading(self, org_id: str, file_ids: list[str], *, newest: int) -> dict[str, FileUses]:
+        """The batches each of ``file_ids`` is the input of (files no batch used are left out): one query for
+        all of them, on the index ``ix_batches_org_input_file`` (migration 0013), with the ``newest`` of each."""
+        if not file_ids:
+            return {}
+        order = (batches.c.created_ns.desc(), batches.c.id.desc())
+        ranked = sa.select(
+            batches.c.input_file_id, batches.c.id,
+            sa.func.row_number().over(partition_by=batches.c.input_file_id, order_by=order).label("rank"),
+            sa.func.count().over(partition_by=batches.c.input_file_id).label("uses"),
+        ).where(batches.c.org_id == org_id, batches.c.input_file_id.in_(file_ids)).subquery()
+        query = sa.select(ranked).where(ranked.c.rank <= newest).order_by(ranked.c.input_file_id, ranked.c.rank)
+        found: dict[str, list[str]] = {}
+        counts: dict[str, int] = {}
+        with self.db.read() as conn:
+            for row in conn.execute(query):
+                found.setdefault(row.input_file_id, []).append(row.id)
+                counts[row.input_file_id] = row.uses
+        return {file_id: FileUses(batch_ids=tuple(ids), count=counts[file_id]) for file_id, ids in found.items()}
 
     def delete(self, org_id: str, file_id: str) -> tuple[FileRecord, bool]:
         """Remove the row; returns the file and whether its blob may go too (no unfinished batch reads it)."""

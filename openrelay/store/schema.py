@@ -109,6 +109,8 @@ batches = Table(
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
     Index("ix_batches_org_status_order", "org_id", "status", "created_ns", "id"),
     Index("ix_batches_org_model_order", "org_id", "model", "created_ns", "id"),
+    # The batches made from a file (the dashboard's Files page and file picker; migration 0013).
+    Index("ix_batches_org_input_file", "org_id", "input_file_id", "created_ns", "id"),
 )
 
 # One row per tag of a batch (``types.tag_list`` of its ``tags`` metadata: split on commas, trimmed, each once),
