@@ -180,6 +180,8 @@ def test_upload_and_create_show_rejections_with_their_line_numbers(server, page:
     expect(page).to_have_url(re.compile(r"input_file_id=file-"))
     page.fill("input[name=tags]", "from-ui")
     page.click("#create-form button.primary")
+    expect(page).to_have_url(re.compile(r"/batches/batch_[0-9a-f]{12}\?created=1$"))  # the create's 303
+    page.reload()  # reads the batch again: no second create
     created = page.locator("#created")
     expect(created).to_be_visible()
     expect(created.locator("tr[data-line]")).to_have_count(2)

@@ -3,23 +3,9 @@
 
 from __future__ import annotations
 
-import re
-
-import httpx
 import orjson
 
-from openrelay.web.security import csrf_for
-
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-def _signed_in(server) -> httpx.Client:
-    client = httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=60, follow_redirects=False)
-    form = client.get("/login")
-    token = CSRF.search(form.text).group(1)
-    done = client.post("/login", data={"api_key": server.api_key, "csrf": token})
-    assert done.status_code in (302, 303), done.text
-    return client
+from tests.support.browser import signed_in_client
 
 
 def _form(boundary: str, csrf: str, data: bytes, *, close: bool = True) -> bytes:
@@ -34,24 +20,23 @@ def _file_ids(server) -> set[str]:
 
 
 def test_a_dashboard_upload_over_a_megabyte_is_stored_whole_and_a_cut_one_not_at_all(server):
-    client = _signed_in(server)
-    csrf = csrf_for(client.cookies["orl_session"])
-    line = orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions",
-                         "body": {"model": "test/echo", "messages": [{"role": "user", "content": "y" * 900}]}})
-    data = b"".join(line.replace(b'"x"', f'"r{i}"'.encode()) + b"\n" for i in range(3000))  # about 3 MB
-    assert len(data) > 2_000_000
-    headers = {"content-type": "multipart/form-data; boundary=b0undary"}
-    before = _file_ids(server)
+    with signed_in_client(server) as (client, csrf):
+        line = orjson.dumps({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions",
+                             "body": {"model": "test/echo", "messages": [{"role": "user", "content": "y" * 900}]}})
+        data = b"".join(line.replace(b'"x"', f'"r{i}"'.encode()) + b"\n" for i in range(3000))  # about 3 MB
+        assert len(data) > 2_000_000
+        headers = {"content-type": "multipart/form-data; boundary=b0undary"}
+        before = _file_ids(server)
 
-    cut = client.post("/new/upload", content=_form("b0undary", csrf, data[:1_500_000], close=False),
-                      headers=headers)
-    assert cut.status_code == 400
-    forged = client.post("/new/upload", content=_form("b0undary", "0" * 64, data), headers=headers)
-    assert forged.status_code == 403
-    assert _file_ids(server) == before  # neither left a file behind
+        cut = client.post("/new/upload", content=_form("b0undary", csrf, data[:1_500_000], close=False),
+                          headers=headers)
+        assert cut.status_code == 400
+        forged = client.post("/new/upload", content=_form("b0undary", "0" * 64, data), headers=headers)
+        assert forged.status_code == 403
+        assert _file_ids(server) == before  # neither left a file behind
 
-    stored = client.post("/new/upload", content=_form("b0undary", csrf, data), headers=headers)
-    assert stored.status_code in (302, 303), stored.text[:500]
-    (file_id,) = _file_ids(server) - before
-    assert stored.headers["location"].endswith(file_id)
-    assert server.http("GET", f"/files/{file_id}/content").content == data
+        stored = client.post("/new/upload", content=_form("b0undary", csrf, data), headers=headers)
+        assert stored.status_code in (302, 303), stored.text[:500]
+        (file_id,) = _file_ids(server) - before
+        assert stored.headers["location"].endswith(file_id)
+        assert server.http("GET", f"/files/{file_id}/content").content == data

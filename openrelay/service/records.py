@@ -30,7 +30,7 @@ from .auth import require
 from .batches import get_batch
 
 __all__ = ["ResultLine", "RecordPage", "browse_records", "error_summary", "throughput", "find_request",
-           "RECORD_KINDS"]
+           "create_rejections", "RECORD_KINDS"]
 
 RECORD_KINDS = ("all", "success", "error")
 MAX_PAGE = 100
@@ -191,3 +191,22 @@ def find_request(batches: Batches, blobs: BlobStore, key: ApiKey, batch_id: str,
             if isinstance(record, dict) and record.get("custom_id") == custom_id:
                 return record
     return None
+
+
+def create_rejections(rt: Runtime, key: ApiKey, batch: Batch, *, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` lines of the batch's rejections file (``{line, custom_id, code, message}``), as the
+    create answered them; none when it rejected nothing or the file was deleted."""
+    require(key, Scope.FILES_READ)
+    if not batch.rejections_file_id:
+        return []
+    try:
+        blob_key = rt.files.get(key.org_id, batch.rejections_file_id).blob_key
+    except NotFound:
+        return []
+    found: list[dict[str, Any]] = []
+    for _position, raw in _lines_from(rt.blobs, blob_key, 0):
+        if len(found) == limit:
+            break
+        if raw.strip():
+            found.append(orjson.loads(raw))
+    return found

@@ -28,6 +28,7 @@ from .views import BatchView
 __all__ = ["add_routes"]
 
 RECORDS_PAGE = 20
+CREATED_REJECTIONS = 20  # rejections shown on the page a create opens; the rest are in the rejections file
 
 
 def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
@@ -36,7 +37,8 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
         progress = (await run_in_threadpool(progress_service.numbers_of, rt.db, [batch]))[batch.id]
         view = BatchView(batch, time.time(), progress)
         if request.query_params.get("fragment") == "live":
-            return render("_batch_live.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS)
+            # The live card, and out of band the parts that change with it: the actions and the downloads.
+            return render("_batch_live_fragment.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS, oob=True)
         return await _detail_page(rt, request, signed, batch)
 
     async def request_of(request: Request, signed: SignedInSession, batch_id: str) -> Response:
@@ -116,7 +118,12 @@ async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, b
         summary = await run_in_threadpool(record_service.error_summary, rt, signed.key, batch)
     series = await run_in_threadpool(record_service.throughput, rt.results, signed.key, batch)
     peak = max((s["records"] for s in series), default=0)
+    created = None
+    if q.get("created"):  # the create's redirect: what it said, rejections first
+        rejected = await run_in_threadpool(lambda: record_service.create_rejections(
+            rt, signed.key, batch, limit=CREATED_REJECTIONS)) if signed.can(Scope.FILES_READ) else None
+        created = {"rejected": rejected}
     params = list(q.multi_items())
     return render("batch.html", status, signed=signed, b=view, poll=LIVE_POLL_SECONDS, problem=problem,
                   records=records, browse=browse, error_summary=summary, series=series, peak=peak,
-                  params=params, url_with=url_with, kinds=record_service.RECORD_KINDS)
+                  params=params, url_with=url_with, kinds=record_service.RECORD_KINDS, created=created)

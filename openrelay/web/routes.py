@@ -1,50 +1,48 @@
-"""The dashboard's addresses (docs/api-contract.md §9): ``/login``, ``POST /logout``, ``/`` (the Batch page), ``/new``,
-``/files``, and the batch pages of ``batch_pages.py``. Every route parses the request, calls the same service
-function the API calls, and renders; none decides anything. None is in the OpenAPI document (they answer HTML)."""
+"""The dashboard's addresses (docs/api-contract.md §9): ``/login``, ``POST /logout``, ``/`` (the Batch page),
+``/files``, ``/favicon.ico``, the New batch page of ``new_batch.py`` and the batch pages of ``batch_pages.py``.
+Every route parses the request, calls the same service function the API calls, and renders; none decides
+anything. None is in the OpenAPI document (they answer HTML)."""
 
 from __future__ import annotations
 
 import time
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from ..config import LIVE_POLL_SECONDS
-from ..errors import CsrfRefused, InvalidRequest, NoValidRecords, OpenRelayError, Unauthorized
-from ..http.uploads import receive_upload
+from ..errors import CsrfRefused, InvalidRequest, Unauthorized
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
-from ..service import batches as batch_service
 from ..service import dashboard
 from ..service import files as file_service
 from ..service import progress as progress_service
 from ..service.sessions import SESSION_SECONDS, sign_in, sign_out
-from ..types import Scope
-from . import batch_pages
-from .pages import SignedInSession, dashboard_route, error_page, redirect, render, require_csrf, url_with
+from . import batch_pages, new_batch
+from .new_batch import UPLOAD_PATHS
+from .pages import SignedInSession, dashboard_route, error_page, redirect, render, url_with
 from .security import LOGIN_COOKIE, SESSION_COOKIE, csrf_for, csrf_matches, new_login_token, set_cookie
-from .static import serve_static
+from .static import serve_static, static_url
 from .views import BatchView
 
 __all__ = ["mount_dashboard", "UPLOAD_PATHS"]
 
 PAGE_SIZE = 25
-UPLOAD_PATHS = ("/new/upload",)  # the routes that stream an upload (http/uploads.py), held to its limit, not 1 MB
+FILES_PAGE = 50
 
 
 def mount_dashboard(app: FastAPI, rt: Runtime, writes: OrgWrites) -> None:
     """The dashboard's pages on ``app``; each page that writes tells ``writes``."""
     router = APIRouter(include_in_schema=False)
     router.add_route("/static/{name}", serve_static, methods=["GET"])
+    router.add_route("/favicon.ico", _favicon, methods=["GET"])
     _sign_in_routes(router, rt)
     _list_routes(router, rt)
-    _new_routes(router, rt, writes)
+    new_batch.add_routes(router, rt, writes)
     _file_routes(router, rt, writes)
     batch_pages.add_routes(router, rt, writes)
     for route in router.routes:
@@ -145,89 +143,15 @@ def _list_routes(router: APIRouter, rt: Runtime) -> None:
     router.add_route("/", dashboard_route(rt)(batch_page), methods=["GET"])
 
 
-# -- new batch ------------------------------------------------------------------------------------------------
-
-def _metadata_from_form(text: object, tags: object) -> dict[str, str] | None:
-    """``key=value`` lines and a comma-separated tags field, as the metadata map the API takes."""
-    metadata: dict[str, str] = {}
-    for line in (text if isinstance(text, str) else "").splitlines():
-        if not line.strip():
-            continue
-        name, sep, value = line.partition("=")
-        if not sep:
-            raise InvalidRequest(f"metadata lines are key=value: {line[:80]!r}", param="metadata")
-        metadata[name.strip()] = value.strip()
-    tag_text = ",".join(t.strip() for t in (tags if isinstance(tags, str) else "").split(",") if t.strip())
-    if tag_text:
-        metadata["tags"] = tag_text
-    return metadata or None
-
-
-def _new_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
-    async def new_page(request: Request, signed: SignedInSession) -> Response:
-        return await _render_new(rt, request, signed)
-
-    async def upload(request: Request, signed: SignedInSession) -> Response:
-        # The API's upload path: streamed into the blob store, kept only when the form is whole and its CSRF
-        # token right, the same size limit.
-        record = await receive_upload(rt, signed.key, request, purpose="batch",
-                                      check_fields=lambda fields: require_csrf(signed, fields.get("csrf")))
-        return redirect(url_with("/new", [], input_file_id=record.id))
-
-    async def create(request: Request, signed: SignedInSession) -> Response:
-        form = await request.form()
-        body: dict[str, Any] = {"input_file_id": form.get("input_file_id") or "",
-                                "endpoint": form.get("endpoint") or "", "completion_window": "24h",
-                                "priority": form.get("priority") or "standard"}
-        dry_run = bool(form.get("dry_run"))  # the "Estimate" button: checks and prices, creates nothing
-        if dry_run:
-            body["dry_run"] = True
-        try:
-            metadata = _metadata_from_form(form.get("metadata"), form.get("tags"))
-            if metadata:
-                body["metadata"] = metadata
-            answer = await run_in_threadpool(batch_service.create_batch, rt, signed.key, orjson.dumps(body),
-                                             str(form.get("idempotency_key") or "") or None)
-        except NoValidRecords as exc:
-            return await _render_new(rt, request, signed, status=400, refused=exc, form=form)
-        except OpenRelayError as exc:
-            if exc.status in (401, 403):
-                raise
-            return await _render_new(rt, request, signed, status=exc.status, failed=exc, form=form)
-        created = orjson.loads(answer)
-        if dry_run:
-            return await _render_new(rt, request, signed, estimate=created, form=form)
-        return render("created.html", signed=signed, batch=created,
-                      rejected=created.get("rejected_records") or [])
-
-    router.add_route("/new", dashboard_route(rt)(new_page), methods=["GET"])
-    router.add_route(UPLOAD_PATHS[0], dashboard_route(rt, write=writes, streamed=True)(upload), methods=["POST"])
-    router.add_route("/new", dashboard_route(rt, write=writes)(create), methods=["POST"])
-
-
-async def _render_new(rt: Runtime, request: Request, signed: SignedInSession, *, status: int = 200,
-                      refused: NoValidRecords | None = None, failed: OpenRelayError | None = None,
-                      form: Any = None, estimate: dict[str, Any] | None = None) -> Response:
-    options = await run_in_threadpool(dashboard.create_options, rt.accounts, rt.catalog, signed.key)
-    files: list[dict[str, Any]] = []
-    if signed.can(Scope.FILES_READ):
-        listed = await run_in_threadpool(file_service.list_files, rt.files, signed.key, limit=100, after=None,
-                                         purpose="batch")
-        files = listed["data"]
-    chosen = (form.get("input_file_id") if form is not None else None) or request.query_params.get("input_file_id")
-    return render("new.html", status, signed=signed, options=options, files=files, chosen=chosen,
-                  idempotency_key=str(uuid.uuid4()), refused=refused, failed=failed,
-                  form=form or {}, estimate=estimate)
-
-
 # -- files ----------------------------------------------------------------------------------------------------
 
 def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def files_page(request: Request, signed: SignedInSession) -> Response:
         after = request.query_params.get("after") or None
-        listed = await run_in_threadpool(file_service.list_files, rt.files, signed.key, limit=50, after=after,
-                                         purpose=None)
-        return render("files.html", signed=signed, files=listed["data"], has_more=listed["has_more"],
+        listed = await run_in_threadpool(file_service.list_files, rt.files, signed.key, limit=FILES_PAGE,
+                                         after=after, purpose=None)
+        uses = await run_in_threadpool(dashboard.file_uses, rt.files, signed.key, [f["id"] for f in listed["data"]])
+        return render("files.html", signed=signed, files=listed["data"], uses=uses, has_more=listed["has_more"],
                       last_id=listed["last_id"])
 
     async def download(request: Request, signed: SignedInSession, file_id: str) -> Response:
@@ -243,6 +167,11 @@ def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     router.add_route("/files", dashboard_route(rt)(files_page), methods=["GET"])
     router.add_route("/files/{file_id}/content", dashboard_route(rt)(download), methods=["GET"])
     router.add_route("/files/{file_id}/delete", dashboard_route(rt, write=writes)(delete), methods=["POST"])
+
+
+async def _favicon(request: Request) -> Response:
+    """Browsers ask for ``/favicon.ico`` whatever a page links: send them to the icon every page links."""
+    return RedirectResponse(static_url("favicon.svg"), status_code=301, headers={"cache-control": "max-age=86400"})
 
 
 def _attachment(filename: str) -> str:

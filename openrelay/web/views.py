@@ -1,6 +1,6 @@
 """How the dashboard shows things: the template environment and the small derived views its pages draw
-(durations, relative times, money, tag chip colours, progress segments). No rule lives here: every number comes
-from the batch object the service returned."""
+(durations, relative times, money through ``money.usd_text``, tag chip colours, progress segments, answers in
+words). No rule lives here: every number comes from the batch object the service returned."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from typing import Any
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ..money import usd_text
 from ..service.dashboard import shown_status
 from ..types import CANCELLABLE, TERMINAL, Batch, tag_list
+from .answers import answer_text
 
 __all__ = ["templates", "BatchView", "chip_colour", "STATIC_DIR", "CHIP_COLOURS"]
 
@@ -45,12 +47,13 @@ def duration(seconds: float | None) -> str:
 
 
 def relative(stamp: int | None, now: float | None = None) -> str:
+    """``stamp`` from ``now``: "5m 02s ago", "just now" within five seconds either way, "in 23h 59m" ahead."""
     if stamp is None:
         return "—"
     ago = int((now or time.time()) - stamp)
-    if ago < 5:
+    if abs(ago) < 5:
         return "just now"
-    return f"{duration(ago)} ago" if ago >= 0 else f"in {duration(-ago)}"
+    return f"{duration(ago)} ago" if ago > 0 else f"in {duration(-ago)}"
 
 
 def exact(stamp: int | None) -> str:
@@ -61,13 +64,6 @@ def exact(stamp: int | None) -> str:
 
 def iso(stamp: int | None) -> str:
     return "" if stamp is None else dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat()
-
-
-def usd(nano: int | None) -> str:
-    dollars = (nano or 0) / 1e9
-    if dollars == 0:
-        return "$0"
-    return f"${dollars:,.6f}" if dollars < 0.01 else f"${dollars:,.4f}"
 
 
 def tokens(count: int | None) -> str:
@@ -151,8 +147,9 @@ class BatchView:
         return 0.0 if not self.batch.total else round(100.0 * part / self.batch.total, 2)
 
     @property
-    def timeline(self) -> list[tuple[str, int | None, str]]:
-        """(step, when, how long since the step before): created, started, finalizing, the terminal status."""
+    def timeline(self) -> list[tuple[str, int | None, str, bool]]:
+        """(step, when, how long since the step before, whether it has happened): created, started, finalizing,
+        the terminal status; while the batch is live, the end of its window, ahead, with no time since."""
         b = self.batch
         steps: list[tuple[str, int | None]] = [("created", b.created_at), ("started", b.in_progress_at)]
         if b.cancelling_at:
@@ -161,13 +158,14 @@ class BatchView:
         terminal = next(((name, at) for name, at in (("completed", b.completed_at), ("failed", b.failed_at),
                                                      ("expired", b.expired_at), ("cancelled", b.cancelled_at))
                          if at), None)
-        steps.append(terminal or ("ends by (window)", b.expires_at))
-        shown: list[tuple[str, int | None, str]] = []
+        steps.append(terminal or ("window ends", b.expires_at))
+        shown: list[tuple[str, int | None, str, bool]] = []
         previous = None
         for name, at in steps:
-            took = duration(at - previous) if at is not None and previous is not None and at >= previous else ""
-            shown.append((name, at, took))
-            if at is not None:
+            happened = at is not None and at <= self.now
+            took = duration(at - previous) if happened and previous is not None and at >= previous else ""
+            shown.append((name, at, took, happened))
+            if happened:
                 previous = at
         return shown
 
@@ -175,8 +173,9 @@ class BatchView:
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(duration=duration, relative=relative, exact=exact, iso=iso, usd=usd, tokens=tokens,
-                       pretty_json=pretty_json, chip_colour=chip_colour)
+    env.filters.update(duration=duration, relative=relative, exact=exact, iso=iso, usd=usd_text, tokens=tokens,
+                       pretty_json=pretty_json, chip_colour=chip_colour,
+                       answer_text=answer_text)
     return env
 
 

@@ -3,7 +3,9 @@ download. The flags keep it off the network it would otherwise try (updates, syn
 
 The fixtures (tests/conftest.py loads this module as a plugin): ``browser``, one Chromium per module (not per
 session: the sync API's event loop must not outlive the module, others run loops of their own); ``context``, a
-fresh one per test, so no cookie or session leaks into the next test; ``page``, a page in that context."""
+fresh one per test, so no cookie or session leaks into the next test; ``page``, a page in that context. Where a
+test needs the dashboard's HTTP answers themselves (a redirect's status, a header), ``signed_in_client`` is a
+plain HTTP client with a session, no browser."""
 
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+
+from openrelay.web.security import SESSION_COOKIE, csrf_for
+from tests.support.http_client import ssl_context
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -64,3 +70,20 @@ def sign_in(page: Page, server: Any, api_key: str) -> None:
 def csrf_of(page: Page) -> str:
     """The session's CSRF token, as every form of the page carries it (the sign-out form is on every page)."""
     return page.locator("form.logout input[name=csrf]").get_attribute("value") or ""
+
+
+_CSRF_FIELD = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@contextlib.contextmanager
+def signed_in_client(server: Any, api_key: str | None = None) -> Iterator[tuple[httpx.Client, str]]:
+    """An HTTP client signed in to the dashboard as ``api_key`` (the server's own by default), following no
+    redirect, and its session's CSRF token; closed on leaving."""
+    with httpx.Client(base_url=dashboard_root(server), timeout=60, follow_redirects=False,
+                      verify=ssl_context()) as client:
+        form = client.get("/login")
+        login_token = _CSRF_FIELD.search(form.text)
+        assert login_token is not None, form.text[:500]
+        done = client.post("/login", data={"api_key": api_key or server.api_key, "csrf": login_token.group(1)})
+        assert done.status_code == 303, done.text[:500]
+        yield client, csrf_for(client.cookies[SESSION_COOKIE])
