@@ -1,6 +1,7 @@
-"""The batch detail page (``/batches/{id}``) and what it does: its live part, the record browser, one record's
-request, cancel, retrying an ended batch's failures and the metadata editor. Everything is read and changed
-through the API's service functions."""
+"""The batch detail page (``/batches/{id}``) and what it does: its live part (with, out of band, its actions and
+downloads), the record browser, one record's request, cancel, retrying an ended batch's failures and the metadata
+editor; opened by a create (``?created=1``), it begins with the create's rejections. Everything is read and
+changed through the API's service functions."""
 
 from __future__ import annotations
 
