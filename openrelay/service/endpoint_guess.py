@@ -4,29 +4,17 @@ is made here; the create still checks every record's ``url`` against the endpoin
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
-from typing import Any, BinaryIO
-
-import msgspec
 
 from ..catalog import ENDPOINTS, Catalog
-from ..errors import InputRefused
 from ..runtime import Runtime
 from ..types import ApiKey, Scope
-from ..validation.lines import numbered_lines
+from ..validation.record_urls import urls_of_records
 from .auth import require
 
-__all__ = ["EndpointGuess", "served_endpoints", "urls_of_records", "guess_endpoint"]
+__all__ = ["EndpointGuess", "served_endpoints", "guess_endpoint"]
 
 SHOWN_URLS = 5  # distinct urls named back at most; a file naming more is not one batch's input anyway
-
-
-class _Url(msgspec.Struct):
-    url: Any = None  # every other field is skipped unread
-
-
-_DECODE_URL = msgspec.json.Decoder(_Url).decode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,25 +32,6 @@ def served_endpoints(catalog: Catalog) -> tuple[str, ...]:
     """The endpoints some model of the catalog serves, in the API's order: all the form may offer."""
     served = {endpoint for model in catalog.models.values() for endpoint in model.endpoints}
     return tuple(endpoint for endpoint in ENDPOINTS if endpoint in served)
-
-
-def urls_of_records(handle: BinaryIO, *, max_records: int, max_line_bytes: int) -> Counter[str]:
-    """How many records name each ``url`` (a string), over the first ``max_records`` records; a line that is not
-    a JSON object, or names no url, counts for none. An unreadable rest of the input ends the count there."""
-    counts: Counter[str] = Counter()
-    try:
-        for seen, (_number, raw) in enumerate(numbered_lines(handle, max_line_bytes)):
-            if seen >= max_records:
-                break
-            try:
-                url = _DECODE_URL(raw).url
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            if isinstance(url, str):
-                counts[url] += 1
-    except InputRefused:
-        pass  # a line too long to read: the create will say so; the guess uses what came before it
-    return counts
 
 
 def guess_endpoint(rt: Runtime, key: ApiKey, file_id: str) -> EndpointGuess:
