@@ -7,22 +7,17 @@ import json
 import secrets
 import stat
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from tests.conftest import BACKEND
+from tests.support.cli import ok
 from tests.support.polling import wait_for
-
-
-def _ok(done) -> Any:
-    assert done.returncode == 0, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
-    return json.loads(done.stdout)
 
 
 def _new_org(server) -> str:
     name = f"org-{secrets.token_hex(4)}"
-    made = _ok(server.admin("org", "create", name))
+    made = ok(server.admin("org", "create", name))
     assert made["name"] == name and made["id"].startswith("org_") and made["expedited"] is True
     return name
 
@@ -54,7 +49,7 @@ def test_org_create_list_and_duplicate(server):
     assert again.returncode != 0
     assert "already exists" in again.stderr and name in again.stderr
     assert again.stdout == ""
-    orgs = _ok(server.admin("org", "list"))
+    orgs = ok(server.admin("org", "list"))
     names = [o["name"] for o in orgs]
     assert names.count(name) == 1 and "default" in names  # no second org was made
 
@@ -63,21 +58,21 @@ def test_org_set_expedited_off_and_on(server, tmp_path):
     name = _new_org(server)
     key = _new_key(server, name)
     path = _input(tmp_path)
-    off = _ok(server.admin("org", "set", name, "--expedited", "off"))
+    off = ok(server.admin("org", "set", name, "--expedited", "off"))
     assert off["name"] == name and off["expedited"] is False
-    listed = {o["name"]: o for o in _ok(server.admin("org", "list"))}
+    listed = {o["name"]: o for o in ok(server.admin("org", "list"))}
     assert listed[name]["expedited"] is False and listed["default"]["expedited"] is True
 
     refused = server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited", api_key=key)
     assert refused.returncode == 6, refused
     assert _error_code(refused) == "feature_disabled"
     # Another organization is not affected.
-    other = _ok(server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited"))
+    other = ok(server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited"))
     assert other["priority"] == "expedited"
 
-    on = _ok(server.admin("org", "set", name, "--expedited", "on"))
+    on = ok(server.admin("org", "set", name, "--expedited", "on"))
     assert on["expedited"] is True
-    batch = _ok(server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited", api_key=key))
+    batch = ok(server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited", api_key=key))
     assert batch["priority"] == "expedited"
 
     bad = server.admin("org", "set", name, "--expedited", "maybe")
@@ -90,13 +85,13 @@ def test_key_create_prints_only_a_working_key(server, tmp_path):
     name = _new_org(server)
     key = _new_key(server, name)
     assert key != server.api_key and key.strip() == key and " " not in key
-    models = _ok(server.orl("models", api_key=key))
+    models = ok(server.orl("models", api_key=key))
     assert {m["id"] for m in models["data"]} == {"test/echo", "test/embed"}
-    batch = _ok(server.orl("batches", "create", "--input-file", str(_input(tmp_path, 2)), api_key=key))
+    batch = ok(server.orl("batches", "create", "--input-file", str(_input(tmp_path, 2)), api_key=key))
     assert server.wait(batch["id"], api_key=key)["status"] == "completed"
     # The key belongs to the new organization: the default org's key cannot see its batch, and vice versa.
     assert server.orl("batches", "get", batch["id"]).returncode == 4
-    assert [b["id"] for b in _ok(server.orl("batches", "list", api_key=key))["data"]] == [batch["id"]]
+    assert [b["id"] for b in ok(server.orl("batches", "list", api_key=key))["data"]] == [batch["id"]]
 
     unknown = server.admin("key", "create", "--org", "no-such-org")
     assert unknown.returncode != 0 and unknown.stdout == "" and "no-such-org" in unknown.stderr
@@ -108,7 +103,7 @@ def test_read_only_key_cannot_create(server, tmp_path):
     name = _new_org(server)
     writer = _new_key(server, name)
     reader = _new_key(server, name, "--scopes", "batch.read")
-    file_id = _ok(server.orl("files", "upload", str(_input(tmp_path)), api_key=writer))["id"]
+    file_id = ok(server.orl("files", "upload", str(_input(tmp_path)), api_key=writer))["id"]
     done = server.orl("batches", "create", "--input-file-id", file_id, api_key=reader)
     assert done.returncode == 3, done
     assert _error_code(done) == "insufficient_scope"
@@ -116,11 +111,11 @@ def test_read_only_key_cannot_create(server, tmp_path):
                        json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
                              "completion_window": "24h"}).status_code == 403
     # Reading is what it may do, and nothing was created.
-    assert _ok(server.orl("batches", "list", api_key=reader))["data"] == []
+    assert ok(server.orl("batches", "list", api_key=reader))["data"] == []
     # files.write is not among its scopes either.
     upload = server.orl("files", "upload", str(_input(tmp_path)), api_key=reader)
     assert upload.returncode == 3 and _error_code(upload) == "insufficient_scope"
-    keys = {k["prefix"]: k for k in _ok(server.admin("key", "list", "--org", name))}
+    keys = {k["prefix"]: k for k in ok(server.admin("key", "list", "--org", name))}
     assert keys[reader[:12]]["scopes"] == ["batch.read"]
 
 
@@ -130,11 +125,11 @@ def test_zero_budget_key_gets_402(server, tmp_path):
     done = server.orl("batches", "create", "--input-file", str(_input(tmp_path)), api_key=key)
     assert done.returncode == 5, done
     assert _error_code(done) == "key_budget_exceeded"
-    assert _ok(server.orl("batches", "list", api_key=key))["data"] == []
+    assert ok(server.orl("batches", "list", api_key=key))["data"] == []
     # A key with budget left in the same organization creates fine.
     funded = _new_key(server, name, "--budget-usd", "5")
-    assert _ok(server.orl("batches", "create", "--input-file", str(_input(tmp_path)), api_key=funded))["id"]
-    views = {k["prefix"]: k for k in _ok(server.admin("key", "list", "--org", name))}
+    assert ok(server.orl("batches", "create", "--input-file", str(_input(tmp_path)), api_key=funded))["id"]
+    views = {k["prefix"]: k for k in ok(server.admin("key", "list", "--org", name))}
     assert views[key[:12]]["budget_usd"] == 0 and views[funded[:12]]["budget_usd"] == 5
 
 
@@ -144,15 +139,15 @@ def test_key_list_never_shows_secrets(server):
     second = _new_key(server, name, "--scopes", "files.read,files.write")
     for args in (("key", "list"), ("key", "list", "--org", name)):
         done = server.admin(*args)
-        keys = _ok(done)
+        keys = ok(done)
         for secret in (first, second, server.api_key):
             assert secret not in done.stdout and secret not in done.stderr
         assert {k["prefix"] for k in keys} >= {first[:12], second[:12]}
-    mine = _ok(server.admin("key", "list", "--org", name))
+    mine = ok(server.admin("key", "list", "--org", name))
     assert len(mine) == 2 and all(k["id"].startswith("key_") and k["revoked_at"] is None for k in mine)
     assert {tuple(k["scopes"]) for k in mine} == {
         ("batch.read", "batch.write", "files.read", "files.write"), ("files.read", "files.write")}
-    everyone = _ok(server.admin("key", "list"))
+    everyone = ok(server.admin("key", "list"))
     assert len(everyone) == 3  # the bootstrap key too
 
 
@@ -160,9 +155,9 @@ def test_key_revoke_stops_the_key(server):
     name = _new_org(server)
     keep = _new_key(server, name)
     doomed = _new_key(server, name)
-    assert _ok(server.orl("batches", "list", api_key=doomed))["object"] == "list"
-    key_id = next(k["id"] for k in _ok(server.admin("key", "list", "--org", name)) if k["prefix"] == doomed[:12])
-    revoked = _ok(server.admin("key", "revoke", key_id))
+    assert ok(server.orl("batches", "list", api_key=doomed))["object"] == "list"
+    key_id = next(k["id"] for k in ok(server.admin("key", "list", "--org", name)) if k["prefix"] == doomed[:12])
+    revoked = ok(server.admin("key", "revoke", key_id))
     assert revoked["id"] == key_id and revoked["revoked_at"] is not None
     assert doomed not in json.dumps(revoked)
     # The server may go on taking the key for up to its key cache's TTL (a second by default), no longer.
@@ -172,7 +167,7 @@ def test_key_revoke_stops_the_key(server):
     assert done.returncode == 3 and _error_code(done) == "invalid_api_key"
     assert server.http("GET", "/models", api_key=doomed).status_code == 401
     # The organization's other key still works.
-    assert _ok(server.orl("batches", "list", api_key=keep))["object"] == "list"
+    assert ok(server.orl("batches", "list", api_key=keep))["object"] == "list"
     assert server.admin("key", "revoke", "key_0000000000000000").returncode != 0
 
 
@@ -180,7 +175,7 @@ def test_keys_are_stored_hashed(server):
     name = _new_org(server)
     key = _new_key(server, name)
     digest = hashlib.sha256(key.encode()).hexdigest()
-    assert _ok(server.orl("models", api_key=key))["object"] == "list"  # the key is live
+    assert ok(server.orl("models", api_key=key))["object"] == "list"  # the key is live
     if BACKEND == "sqlite":
         stored = b""
         for path in sorted(server.data_dir.glob("openrelay.db*")):
@@ -210,12 +205,12 @@ def test_serve_bootstraps_default_org_and_key_file(server):
     secret = key_file.read_text().strip()
     assert secret and secret == server.api_key
     assert str(key_file) in server.log()
-    orgs = _ok(server.admin("org", "list"))
+    orgs = ok(server.admin("org", "list"))
     assert [o["name"] for o in orgs] == ["default"]
-    keys = _ok(server.admin("key", "list", "--org", "default"))
+    keys = ok(server.admin("key", "list", "--org", "default"))
     assert len(keys) == 1 and keys[0]["prefix"] == secret[:12]
     assert len(keys[0]["scopes"]) == 4
-    assert _ok(server.orl("models", api_key=secret))["object"] == "list"
+    assert ok(server.orl("models", api_key=secret))["object"] == "list"
 
 
 def test_restart_keeps_the_bootstrap_key(server):
@@ -223,8 +218,8 @@ def test_restart_keeps_the_bootstrap_key(server):
     server.stop()
     server.start()
     assert (server.data_dir / "api-key").read_text() == first
-    assert [o["name"] for o in _ok(server.admin("org", "list"))] == ["default"]
-    assert _ok(server.orl("models"))["object"] == "list"
+    assert [o["name"] for o in ok(server.admin("org", "list"))] == ["default"]
+    assert ok(server.orl("models"))["object"] == "list"
 
 
 def test_admin_on_data_dir(server):
@@ -238,4 +233,4 @@ def test_admin_on_data_dir(server):
     else:
         target = ["--database-url", server.database_url]
     done = subprocess.run([ORL, "admin", *target, "org", "list"], capture_output=True, text=True, timeout=120)
-    assert [o["name"] for o in _ok(done)] == ["default"]
+    assert [o["name"] for o in ok(done)] == ["default"]

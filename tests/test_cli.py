@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from tests.support.batches import wait_letting_held_through
+from tests.support.cli import ok, refused
 from tests.support.forked import ORL
 from tests.support.server import free_port
 
@@ -69,23 +70,8 @@ def _bad_records() -> list[tuple[dict[str, Any] | bytes, str]]:
     ]
 
 
-def _ok(done: subprocess.CompletedProcess[str]) -> Any:
-    """Exit 0 and stdout parses as JSON; returns the JSON."""
-    assert done.returncode == 0, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
-    return json.loads(done.stdout)
-
-
-def _refused(done: subprocess.CompletedProcess[str], exit_code: int, code: str | None) -> dict[str, Any]:
-    """The given exit code, the error envelope on stdout, an ``error:`` line on stderr."""
-    assert done.returncode == exit_code, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
-    envelope = json.loads(done.stdout)
-    assert envelope["error"]["code"] == code, envelope
-    assert "error: " in done.stderr
-    return envelope["error"]
-
-
 def _create(server, path: Path, *args: str, api_key: str | None = None) -> dict[str, Any]:
-    return _ok(server.orl("batches", "create", "--input-file", str(path), *args, api_key=api_key))
+    return ok(server.orl("batches", "create", "--input-file", str(path), *args, api_key=api_key))
 
 
 def _preview_lines(stderr: str) -> list[str]:
@@ -98,7 +84,7 @@ def _preview_lines(stderr: str) -> list[str]:
 def test_create_from_input_file(server, tmp_path):
     path = _good(tmp_path / "in.jsonl", 3)
     done = server.orl("batches", "create", "--input-file", str(path))
-    batch = _ok(done)
+    batch = ok(done)
     assert batch["id"].startswith("batch_") and batch["object"] == "batch"
     assert batch["endpoint"] == CHAT and batch["completion_window"] == "24h"
     assert batch["status"] == "validating" and batch["priority"] == "standard"
@@ -117,8 +103,9 @@ def test_create_with_rejections_previews_ten_and_writes_all(server, tmp_path):
     bad = _bad_records()
     path = _jsonl(tmp_path / "mixed.jsonl", [_record("ok-1"), _record("ok-2"), *(rec for rec, _ in bad)])
     out = tmp_path / "rejections.jsonl"
-    done = server.orl("batches", "create", "--input-file", str(path), "--rejections-out", str(out))
-    batch = _ok(done)
+    # The endpoint is given: one record names another url (url_mismatch), so it cannot be taken from the records.
+    done = server.orl("batches", "create", "--input-file", str(path), "--endpoint", CHAT, "--rejections-out", str(out))
+    batch = ok(done)
     assert batch["rejected_count"] == 12
     assert batch["request_counts"] == {"total": 14, "completed": 0, "failed": 12}
     file_id = batch["rejected_records_file_id"]
@@ -158,8 +145,8 @@ def test_create_all_rejected_exits_2_with_preview_and_file(server, tmp_path):
     bad = _bad_records()
     path = _jsonl(tmp_path / "bad.jsonl", [rec for rec, _ in bad])
     out = tmp_path / "rejections.jsonl"
-    done = server.orl("batches", "create", "--input-file", str(path), "--rejections-out", str(out))
-    err = _refused(done, 2, "no_valid_records")
+    done = server.orl("batches", "create", "--input-file", str(path), "--endpoint", CHAT, "--rejections-out", str(out))
+    err = refused(done, 2, "no_valid_records")
     assert err["rejected_count"] == 12
     assert err["message"] == "all 12 records were rejected; see rejected_records"
     preview = _preview_lines(done.stderr)
@@ -170,21 +157,21 @@ def test_create_all_rejected_exits_2_with_preview_and_file(server, tmp_path):
     assert [r["line"] for r in rows] == list(range(1, 13))
     assert [r["code"] for r in rows] == [code for _, code in bad]
     # No batch was created.
-    assert _ok(server.orl("batches", "list"))["data"] == []
+    assert ok(server.orl("batches", "list"))["data"] == []
 
 
 def test_create_from_input_file_id_with_metadata_and_priority(server, tmp_path):
     path = _good(tmp_path / "in.jsonl", 2)
-    uploaded = _ok(server.orl("files", "upload", str(path)))
+    uploaded = ok(server.orl("files", "upload", str(path)))
     done = server.orl("batches", "create", "--input-file-id", uploaded["id"], "--endpoint", CHAT,
                       "--metadata", "job=nightly", "--metadata", "tags=alpha,beta", "--metadata", "eq=a=b",
                       "--priority", "expedited")
-    batch = _ok(done)
+    batch = ok(done)
     assert batch["input_file_id"] == uploaded["id"]
     assert batch["metadata"] == {"job": "nightly", "tags": "alpha,beta", "eq": "a=b"}
     assert batch["priority"] == "expedited"
     # Read back through `orl batches get`.
-    again = _ok(server.orl("batches", "get", batch["id"]))
+    again = ok(server.orl("batches", "get", batch["id"]))
     assert again["id"] == batch["id"]
     assert again["priority"] == "expedited"
     assert again["metadata"] == {"job": "nightly", "tags": "alpha,beta", "eq": "a=b"}
@@ -196,22 +183,22 @@ def test_idempotency_key_tags_and_retry_reuses_the_input_file(server, tmp_path):
     args = ("batches", "create", "--input-file", str(path), "--idempotency-key", key,
             "--metadata", "tags=nightly", "--metadata", "job=sum")
     first_run = server.orl(*args)
-    first = _ok(first_run)
+    first = ok(first_run)
     assert first["metadata"] == {"tags": f"nightly,{key}", "job": "sum"}
-    assert [b["id"] for b in _ok(server.orl("batches", "list", "--tag", key))["data"]] == [first["id"]]
+    assert [b["id"] for b in ok(server.orl("batches", "list", "--tag", key))["data"]] == [first["id"]]
     # The retry finds the first batch by its tag and does not upload the file again, so the create body is
     # byte-identical to the first one (what the server's idempotency replay needs).
     retry_run = server.orl(*args)
-    retry = _ok(retry_run)
+    retry = ok(retry_run)
     assert retry["input_file_id"] == first["input_file_id"]
     assert retry["metadata"] == first["metadata"]
     assert "uploaded" in first_run.stderr and "uploaded" not in retry_run.stderr
     assert first["id"] in retry_run.stderr
-    uploads = _ok(server.orl("files", "list", "--purpose", "batch"))["data"]
+    uploads = ok(server.orl("files", "list", "--purpose", "batch"))["data"]
     assert [f["id"] for f in uploads] == [first["input_file_id"]]
     # Without a key, nothing is looked up: a fresh upload.
     plain_run = server.orl("batches", "create", "--input-file", str(path), "--metadata", "job=sum")
-    plain = _ok(plain_run)
+    plain = ok(plain_run)
     assert plain["input_file_id"] != first["input_file_id"] and "uploaded" in plain_run.stderr
     assert plain["metadata"] == {"job": "sum"}
 
@@ -221,9 +208,9 @@ def test_expedited_disabled_exits_6(server, tmp_path):
     off = server.admin("org", "set", server.org, "--expedited", "off")
     assert off.returncode == 0, off.stderr
     done = server.orl("batches", "create", "--input-file", str(path), "--priority", "expedited")
-    err = _refused(done, 6, "feature_disabled")
+    err = refused(done, 6, "feature_disabled")
     assert err["message"] == 'priority "expedited" is not enabled for this organization'
-    assert _ok(server.orl("batches", "list"))["data"] == []
+    assert ok(server.orl("batches", "list"))["data"] == []
     # Standard still works for the same organization.
     assert _create(server, path)["priority"] == "standard"
 
@@ -232,38 +219,38 @@ def test_expedited_disabled_exits_6(server, tmp_path):
 
 
 def test_get_unknown_batch_exits_4(server):
-    err = _refused(server.orl("batches", "get", "batch_000000000000"), 4, "not_found")
+    err = refused(server.orl("batches", "get", "batch_000000000000"), 4, "not_found")
     assert err["message"]
 
 
 def test_bad_api_key_exits_3(server):
     done = server.orl("batches", "list", api_key="orl-not-a-real-key")
-    _refused(done, 3, "invalid_api_key")
+    refused(done, 3, "invalid_api_key")
 
 
 def test_missing_scope_exits_3(server, tmp_path):
     path = _good(tmp_path / "in.jsonl", 1)
-    file_id = _ok(server.orl("files", "upload", str(path)))["id"]
+    file_id = ok(server.orl("files", "upload", str(path)))["id"]
     made = server.admin("key", "create", "--org", server.org, "--scopes", "batch.read,files.read")
     assert made.returncode == 0, made.stderr
     reader = made.stdout.strip()
     done = server.orl("batches", "create", "--input-file-id", file_id, api_key=reader)
-    _refused(done, 3, "insufficient_scope")
+    refused(done, 3, "insufficient_scope")
     # The same key may read.
-    assert _ok(server.orl("batches", "list", api_key=reader))["data"] == []
+    assert ok(server.orl("batches", "list", api_key=reader))["data"] == []
 
 
 def test_cancel_terminal_batch_exits_7(server, tmp_path):
     batch = _create(server, _good(tmp_path / "in.jsonl", 1))
     assert server.wait(batch["id"])["status"] == "completed"
-    _refused(server.orl("batches", "cancel", batch["id"]), 7, "batch_terminal")
-    assert _ok(server.orl("batches", "get", batch["id"]))["status"] == "completed"
+    refused(server.orl("batches", "cancel", batch["id"]), 7, "batch_terminal")
+    assert ok(server.orl("batches", "get", batch["id"]))["status"] == "completed"
 
 
 def test_server_down_exits_1(tmp_path):
     env = {**os.environ, "OPENRELAY_BASE_URL": f"http://127.0.0.1:{free_port()}/v1", "OPENRELAY_API_KEY": "orl-x"}
     done = subprocess.run([ORL, "batches", "list"], env=env, capture_output=True, text=True, timeout=60)
-    _refused(done, 1, None)
+    refused(done, 1, None)
     assert "cannot talk to" in done.stderr
     path = _good(tmp_path / "in.jsonl", 1)
     done = subprocess.run([ORL, "batches", "create", "--input-file", str(path)], env=env, capture_output=True,
@@ -283,42 +270,48 @@ def test_list_paging_and_filters(server, engine, tmp_path):
     for b in (second, third):
         assert server.wait(b["id"])["status"] == "completed"
 
-    page = _ok(server.orl("batches", "list", "--limit", "2"))
+    page = ok(server.orl("batches", "list", "--limit", "2"))
     assert page["object"] == "list"
     assert [b["id"] for b in page["data"]] == [third["id"], second["id"]]
     assert page["has_more"] is True and page["last_id"] == second["id"]
-    rest = _ok(server.orl("batches", "list", "--limit", "2", "--after", page["last_id"]))
+    rest = ok(server.orl("batches", "list", "--limit", "2", "--after", page["last_id"]))
     assert [b["id"] for b in rest["data"]] == [first["id"]]
     assert rest["has_more"] is False
 
-    green = _ok(server.orl("batches", "list", "--tag", "green"))
+    green = ok(server.orl("batches", "list", "--tag", "green"))
     assert [b["id"] for b in green["data"]] == [second["id"], first["id"]]
-    red = _ok(server.orl("batches", "list", "--tag", "red"))
+    red = ok(server.orl("batches", "list", "--tag", "red"))
     assert [b["id"] for b in red["data"]] == [first["id"]]
 
     # A fourth batch, cancelled while it runs: the status filter tells it apart.
     slow = _jsonl(tmp_path / "slow.jsonl", [_record(f"s-{i}", "wait #hold=s") for i in range(40)])
     running = _create(server, slow)
     engine.wait_held("s")
-    done = _ok(server.orl("batches", "list", "--status", "completed"))
+    done = ok(server.orl("batches", "list", "--status", "completed"))
     assert {b["id"] for b in done["data"]} == {first["id"], second["id"], third["id"]}
     assert all(b["status"] == "completed" for b in done["data"])
-    cancelled = _ok(server.orl("batches", "cancel", running["id"]))
+    cancelled = ok(server.orl("batches", "cancel", running["id"]))
     assert cancelled["status"] in ("cancelling", "cancelled")
     assert wait_letting_held_through(server, engine, "s", running["id"])["status"] == "cancelled"
-    only = _ok(server.orl("batches", "list", "--status", "cancelled"))
+    only = ok(server.orl("batches", "list", "--status", "cancelled"))
     assert [b["id"] for b in only["data"]] == [running["id"]]
 
 
 def test_metadata_replace_and_clear(server, tmp_path):
     batch = _create(server, _good(tmp_path / "in.jsonl", 1), "--metadata", "job=one", "--metadata", "keep=me")
-    replaced = _ok(server.orl("batches", "metadata", batch["id"], "job=two", "tags=x,y"))
+    replaced = ok(server.orl("batches", "metadata", batch["id"], "job=two", "tags=x,y"))
     assert replaced["metadata"] == {"job": "two", "tags": "x,y"}
-    assert _ok(server.orl("batches", "get", batch["id"]))["metadata"] == {"job": "two", "tags": "x,y"}
-    assert [b["id"] for b in _ok(server.orl("batches", "list", "--tag", "y"))["data"]] == [batch["id"]]
-    cleared = _ok(server.orl("batches", "metadata", batch["id"]))
+    assert ok(server.orl("batches", "get", batch["id"]))["metadata"] == {"job": "two", "tags": "x,y"}
+    assert [b["id"] for b in ok(server.orl("batches", "list", "--tag", "y"))["data"]] == [batch["id"]]
+    # Without pairs it only shows the map (a newcomer types that to look); emptying it takes --clear.
+    assert ok(server.orl("batches", "metadata", batch["id"])) == {"job": "two", "tags": "x,y"}
+    assert ok(server.orl("batches", "get", batch["id"]))["metadata"] == {"job": "two", "tags": "x,y"}
+    both = server.orl("batches", "metadata", batch["id"], "--clear", "job=three")
+    assert both.returncode == 2 and "not both" in both.stderr
+    cleared = ok(server.orl("batches", "metadata", batch["id"], "--clear"))
     assert not cleared["metadata"]
-    assert not _ok(server.orl("batches", "get", batch["id"]))["metadata"]
+    assert not ok(server.orl("batches", "get", batch["id"]))["metadata"]
+    assert ok(server.orl("batches", "metadata", batch["id"])) == {}
     # Unknown batch: 404, exit 4.
     assert server.orl("batches", "metadata", "batch_000000000000", "a=b").returncode == 4
     # A malformed pair is a usage error, not a request.
@@ -330,7 +323,7 @@ def test_cancel_running_batch(server, engine, tmp_path):
     path = _jsonl(tmp_path / "slow.jsonl", [_record(f"s-{i}", "slow #hold=s") for i in range(40)])
     batch = _create(server, path)
     engine.wait_held("s")
-    cancelled = _ok(server.orl("batches", "cancel", batch["id"]))
+    cancelled = ok(server.orl("batches", "cancel", batch["id"]))
     assert cancelled["id"] == batch["id"]
     assert cancelled["status"] in ("cancelling", "cancelled")
     final = wait_letting_held_through(server, engine, "s", batch["id"])
@@ -347,7 +340,7 @@ def test_wait_until_terminal(server, engine, tmp_path):
         engine.wait_held("w", 3)
         engine.release("w")
         done = waiting.result()
-    final = _ok(done)
+    final = ok(done)
     assert final["id"] == batch["id"] and final["status"] == "completed"
     assert final["request_counts"] == {"total": 3, "completed": 3, "failed": 0}
     # Progress is on stderr, never on stdout.
@@ -362,31 +355,31 @@ def test_wait_until_terminal(server, engine, tmp_path):
 
 def test_files_upload_list_get_delete(server, tmp_path):
     path = _good(tmp_path / "upload.jsonl", 2)
-    uploaded = _ok(server.orl("files", "upload", str(path)))
+    uploaded = ok(server.orl("files", "upload", str(path)))
     assert uploaded["id"].startswith("file-") and uploaded["purpose"] == "batch"
     assert uploaded["bytes"] == path.stat().st_size and uploaded["filename"] == "upload.jsonl"
-    other = _ok(server.orl("files", "upload", str(path)))
+    other = ok(server.orl("files", "upload", str(path)))
     assert other["id"] != uploaded["id"]  # no idempotency on uploads
 
-    listed = _ok(server.orl("files", "list"))
+    listed = ok(server.orl("files", "list"))
     assert [f["id"] for f in listed["data"]][:2] == [other["id"], uploaded["id"]]
-    page = _ok(server.orl("files", "list", "--limit", "1"))
+    page = ok(server.orl("files", "list", "--limit", "1"))
     assert [f["id"] for f in page["data"]] == [other["id"]]
-    after = _ok(server.orl("files", "list", "--after", other["id"]))
+    after = ok(server.orl("files", "list", "--after", other["id"]))
     assert uploaded["id"] in [f["id"] for f in after["data"]] and other["id"] not in [f["id"] for f in after["data"]]
 
-    got = _ok(server.orl("files", "get", uploaded["id"]))
+    got = ok(server.orl("files", "get", uploaded["id"]))
     assert got["id"] == uploaded["id"] and got["bytes"] == uploaded["bytes"]
 
     dest = tmp_path / "copy.jsonl"
-    copied = _ok(server.orl("files", "content", "get", uploaded["id"], "-o", str(dest)))
+    copied = ok(server.orl("files", "content", "get", uploaded["id"], "-o", str(dest)))
     assert copied == {"id": uploaded["id"], "path": str(dest.resolve()), "bytes": path.stat().st_size}
     assert dest.read_bytes() == path.read_bytes()
 
-    deleted = _ok(server.orl("files", "delete", uploaded["id"]))
+    deleted = ok(server.orl("files", "delete", uploaded["id"]))
     assert deleted["id"] == uploaded["id"] and deleted["deleted"] is True
     assert server.orl("files", "get", uploaded["id"]).returncode == 4
-    assert uploaded["id"] not in [f["id"] for f in _ok(server.orl("files", "list"))["data"]]
+    assert uploaded["id"] not in [f["id"] for f in ok(server.orl("files", "list"))["data"]]
     missing = tmp_path / "missing.jsonl"
     gone = server.orl("files", "content", "get", uploaded["id"], "-o", str(missing))
     assert gone.returncode == 4 and not missing.exists()
@@ -396,11 +389,11 @@ def test_download_output_file_of_finished_batch(server, tmp_path):
     path = _jsonl(tmp_path / "in.jsonl", [_record(f"r-{i}", f"hello {i}") for i in range(5)]
                   + [_record("boom", "fail please #status=400")])
     batch = _create(server, path)
-    waited = _ok(server.orl("batches", "wait", batch["id"], "--interval", "0.1"))
+    waited = ok(server.orl("batches", "wait", batch["id"], "--interval", "0.1"))
     assert waited["status"] == "completed"
     assert waited["output_file_id"] == f"file-{batch['id']}-output"
     out = tmp_path / "results.jsonl"
-    written = _ok(server.orl("files", "content", "get", waited["output_file_id"], "-o", str(out)))
+    written = ok(server.orl("files", "content", "get", waited["output_file_id"], "-o", str(out)))
     server_bytes = server.http("GET", f"/files/{waited['output_file_id']}/content").content
     assert out.read_bytes() == server_bytes and server_bytes
     assert written["bytes"] == len(server_bytes) and written["id"] == waited["output_file_id"]
@@ -409,7 +402,7 @@ def test_download_output_file_of_finished_batch(server, tmp_path):
     assert sorted(line["custom_id"] for line in lines) == [f"r-{i}" for i in range(5)]
     errors = tmp_path / "errors.jsonl"
     assert waited["error_file_id"]
-    _ok(server.orl("files", "content", "get", waited["error_file_id"], "-o", str(errors)))
+    ok(server.orl("files", "content", "get", waited["error_file_id"], "-o", str(errors)))
     assert errors.read_bytes() == server.http("GET", f"/files/{waited['error_file_id']}/content").content
     assert [json.loads(x)["custom_id"] for x in errors.read_text().splitlines()] == ["boom"]
     # `-o -` streams to stdout.
@@ -418,7 +411,7 @@ def test_download_output_file_of_finished_batch(server, tmp_path):
 
 
 def test_models_lists_catalog(server):
-    models = _ok(server.orl("models"))
+    models = ok(server.orl("models"))
     assert models["object"] == "list"
     by_id = {m["id"]: m for m in models["data"]}
     assert set(by_id) == {"test/echo", "test/embed"}

@@ -109,7 +109,7 @@ def test_orl_batches_create_dry_run_leaves_nothing(server, tmp_path):
     answer = orjson.loads(done.stdout)
     assert answer["id"] is None and answer["dry_run"] is True and answer["rejected_count"] == 1
     assert answer["openrelay"]["estimate"]["input_tokens"] == 4 * HELLO_TOKENS
-    assert "dry run, nothing created: 4 record(s) would run on test/echo" in done.stderr
+    assert "dry run, nothing created: 4 records would run on test/echo" in done.stderr
     assert "line 6" in done.stderr  # the rejection preview, counted in the file's lines
     _nothing_stored(server)  # the CLI deleted the upload it made for the dry run
 

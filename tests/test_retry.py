@@ -152,7 +152,7 @@ def test_cli_retry_prints_the_new_batch_and_says_how_many(server, engine):
     assert done.returncode == 0, done.stderr
     retried = orjson.loads(done.stdout)
     assert retried["retried_count"] == 2 and retried["metadata"]["retry_of"] == batch["id"]
-    assert f"retrying 2 record(s) of {batch['id']} as {retried['id']}" in done.stderr
+    assert f"retrying 2 records of {batch['id']} as {retried['id']}" in done.stderr
     assert get(server, retried["id"])["request_counts"]["total"] == 2
     keyed = [server.orl("batches", "retry", batch["id"], "--codes", "server_error", "--idempotency-key", "k1")
              for _ in range(2)]

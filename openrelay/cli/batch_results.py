@@ -10,11 +10,13 @@ from typing import Annotated, Any
 
 import typer
 
-from openrelay.cli.batches import BatchId, _report_rejections
+from openrelay.cli.batches import BatchId
 from openrelay.cli.http import ApiClient, ApiError, print_json, run, say
+from openrelay.cli.rejections import report_rejections
 from openrelay.config import LIVE_POLL_SECONDS
 from openrelay.ids import RESULT_KINDS, result_file_id
 from openrelay.types import TERMINAL
+from openrelay.wording import plural
 
 __all__ = ["results", "retry"]
 
@@ -79,10 +81,49 @@ def retry(
             batch = client.post(f"batches/{batch_id}/retry", request, headers=headers)
         except ApiError as exc:
             if exc.code == "no_valid_records":  # every record taken was rejected by the create this time
-                _report_rejections(client, exc.error, rejections_out)
+                report_rejections(client, exc.error, rejections_out)
+            if exc.code == "nothing_to_retry" and not chosen:
+                raise _nothing_but_rejections(client, batch_id, exc) from None
             raise
         print_json(batch)
-        say(f"retrying {batch.get('retried_count')} record(s) of {batch_id} as {batch.get('id')}")
-        _report_rejections(client, batch, rejections_out)
+        say(f"retrying {plural(int(batch.get('retried_count') or 0), 'record')} of {batch_id} as {batch.get('id')}")
+        report_rejections(client, batch, rejections_out)
 
     run(body)
+
+
+def _nothing_but_rejections(client: ApiClient, batch_id: str, refusal: ApiError) -> ApiError:
+    """``nothing_to_retry`` for a batch with failures: a retry without codes takes every record that ran and failed
+    or never started, so each failure was a create rejection. Saying so, and where they are, beats "no records
+    that ended in error" beside ``failed: N``."""
+    batch = client.get(f"batches/{batch_id}")
+    failed = int((batch.get("request_counts") or {}).get("failed") or 0)
+    if failed == 0:
+        return refusal
+    held = [f"its rejections file {found}" for found in [_rejections_file_id(client, batch)] if found]
+    held += [f"its error file {batch['error_file_id']}"] if batch.get("error_file_id") else []
+    where = f"; they are in {' and in '.join(held)}" if held else ""
+    them = "it" if failed == 1 else "them"
+    return refusal.advised(
+        f"batch {batch_id} has nothing to retry: its {plural(failed, 'failed record')} "
+        f"{'was' if failed == 1 else 'were'} rejected at create, and a rejected record never runs, so a retry "
+        f"never takes it; fix {them} in the input and create a new batch{where}")
+
+
+def _rejections_file_id(client: ApiClient, batch: dict[str, Any]) -> str | None:
+    """The create's rejections file of ``batch`` (``<batch id>_rejections.jsonl``, stored with the batch), which
+    the batch object does not name. Files are listed newest first, so the search stops at the first file older
+    than the batch."""
+    name, created = f"{batch['id']}_rejections.jsonl", int(batch.get("created_at") or 0)
+    params: dict[str, Any] = {"purpose": "batch_output", "limit": 1000}
+    while True:
+        page = client.get("files", params)
+        files = page.get("data") or []
+        for found in files:
+            if found.get("filename") == name:
+                return str(found["id"])
+            if int(found.get("created_at") or 0) < created:
+                return None
+        if not files or not page.get("has_more"):
+            return None
+        params["after"] = files[-1]["id"]

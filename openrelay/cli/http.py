@@ -1,8 +1,8 @@
 """The HTTP side of the user-facing `orl` commands.
 
 Every command body gets an ``ApiClient`` through ``run``, the one place where failures become output: the
-OpenAI error envelope as JSON on stdout (for scripts), one ``error: ...`` line on stderr (for people) and the
-exit code of docs/api-contract.md §9.
+OpenAI error envelope as JSON on stdout (for scripts), one ``error: ...`` line on stderr (for people, saying what
+to do next where the CLI can tell) and the exit code of docs/api-contract.md §9.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import httpx
 import orjson
 import typer
 
+from ..config import DEFAULT_DATA_DIR
 from ..errors import error_envelope
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "ApiClient",
     "ApiError",
     "BadResponse",
+    "Refused",
     "exit_code",
     "print_json",
     "run",
@@ -38,12 +40,18 @@ _TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 
 
 class ApiError(Exception):
-    """A non-2xx answer; ``body`` is always an OpenAI error envelope (made up when the server sent none)."""
+    """A non-2xx answer; ``body`` is always an OpenAI error envelope (made up when the server sent none).
+    ``advice``, when the CLI knows better than the answer what went wrong, is what a person is told instead."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
+    def __init__(self, status: int, body: dict[str, Any], advice: str | None = None) -> None:
         self.status = status
         self.body = body
+        self.advice = advice
         super().__init__(f"HTTP {status}: {self.message}")
+
+    def advised(self, advice: str) -> ApiError:
+        """The same answer, with ``advice`` for the person reading it."""
+        return ApiError(self.status, self.body, advice)
 
     @property
     def error(self) -> dict[str, Any]:
@@ -62,6 +70,16 @@ class ApiError(Exception):
 
 class BadResponse(Exception):
     """A 2xx answer whose body is not the JSON we expect: a server or proxy bug, so exit 1."""
+
+
+class Refused(Exception):
+    """A command the CLI refuses itself, before sending what the server would refuse (an endpoint no model
+    serves, records naming several endpoints): exit 2, as for the server's 400."""
+
+    def __init__(self, message: str, *, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.envelope = error_envelope(message, code=code, param=param)
 
 
 def exit_code(status: int, code: str | None = None) -> int:
@@ -100,6 +118,7 @@ class ApiClient:
     def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
         self.base_url = (base_url or os.environ.get("OPENRELAY_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENRELAY_API_KEY")
+        self.has_key = bool(key)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         # A trailing slash makes httpx append relative paths under /v1 instead of replacing its last segment.
         self.http = httpx.Client(base_url=self.base_url + "/", headers=headers, timeout=_TIMEOUT)
@@ -114,7 +133,7 @@ class ApiClient:
         """Send one request and return its decoded JSON; raise ApiError on a non-2xx answer."""
         resp = self.http.request(method, path.lstrip("/"), **kwargs)
         if not resp.is_success:
-            raise _error_from(resp)
+            raise self._refusal(resp)
         try:
             return orjson.loads(resp.content)
         except orjson.JSONDecodeError as exc:
@@ -143,7 +162,7 @@ class ApiClient:
         with self.http.stream("GET", path.lstrip("/")) as resp:
             if not resp.is_success:
                 resp.read()
-                raise _error_from(resp)
+                raise self._refusal(resp)
             for chunk in resp.iter_bytes():
                 sink.write(chunk)
         sink.flush()
@@ -158,7 +177,7 @@ class ApiClient:
                 return 0
             if not resp.is_success:
                 resp.read()
-                raise _error_from(resp)
+                raise self._refusal(resp)
             skip = offset if resp.status_code == 200 else 0  # a server that ignores Range sends it all
             written = 0
             for chunk in resp.iter_bytes():
@@ -168,6 +187,16 @@ class ApiClient:
                 written += len(chunk)
         sink.flush()
         return written
+
+    def _refusal(self, resp: httpx.Response) -> ApiError:
+        """The answer's error; when the base URL lacks the API's /v1 and the answer is what a path outside the API
+        gets (no such route, another method's, the dashboard's redirect to its login), advice saying so."""
+        error = _error_from(resp)
+        if self.base_url.endswith("/v1") or not (resp.status_code in (404, 405) or resp.is_redirect):
+            return error
+        return error.advised(f"OPENRELAY_BASE_URL is {self.base_url}, which does not end in /v1: the API is under "
+                             f"/v1, so set OPENRELAY_BASE_URL={self.base_url}/v1 ({resp.request.method} "
+                             f"{resp.request.url} answered {resp.status_code})")
 
     def download_to(self, path: str, target: str) -> None:
         """Download to a file, or to stdout when ``target`` is ``-``."""
@@ -208,14 +237,28 @@ def _fail(envelope: dict[str, Any], message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _no_key_message() -> str:
+    """What a person without a key is told: the variable, and where `orl serve` wrote the key it made."""
+    written = DEFAULT_DATA_DIR / "api-key"
+    here = f" (there is one here: {written})" if written.is_file() else ""
+    return ("no API key: set OPENRELAY_API_KEY. `orl serve` writes the key it makes on its first start to "
+            f"<data-dir>/api-key (default data dir: {DEFAULT_DATA_DIR}, in the directory it runs in){here}: "
+            f"export OPENRELAY_API_KEY=$(cat {written})")
+
+
 def run(body: Callable[[ApiClient], object]) -> None:
     """Run a command body against the API and turn every failure into envelope + message + exit code."""
     client = ApiClient()
     try:
         with client:
+            if not client.has_key:  # every /v1 route needs one, and the server's 401 cannot say where it is
+                message = _no_key_message()
+                raise _fail(error_envelope(message, code="invalid_api_key"), message, 3)
             body(client)
     except ApiError as exc:
-        raise _fail(exc.body, exc.message, exit_code(exc.status, exc.code)) from None
+        raise _fail(exc.body, exc.advice or exc.message, exit_code(exc.status, exc.code)) from None
+    except Refused as exc:
+        raise _fail(exc.envelope, exc.message, 2) from None
     except httpx.HTTPError as exc:
         message = f"cannot talk to {client.base_url}: {exc or type(exc).__name__}"
         raise _fail(error_envelope(message, type_="connection_error"), message, 1) from None
