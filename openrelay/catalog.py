@@ -64,6 +64,7 @@ class ModelSpec:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     cached_input_usd_per_mtok: Decimal | None = None  # None: cached input tokens cost the input rate
     prefix_grouping: bool = True  # dispatch records that share a prompt prefix back to back (worker/dispatch.py)
+    created: int = 0  # the model object's ``created`` (Unix seconds), as the catalog says; 0 when it does not
 
     def price(self, factor: Decimal) -> TokenPrice:
         usd = [self.input_usd_per_mtok, self.output_usd_per_mtok]
@@ -128,7 +129,8 @@ class Catalog:
     def model_object(self, name: str) -> dict[str, Any]:
         """The model ``name`` as OpenAI's model object, with the endpoints it serves (KeyError: not offered)."""
         model = self.models[name]
-        return {"id": model.name, "object": "model", "endpoints": list(model.endpoints), "owned_by": "openrelay"}
+        return {"id": model.name, "object": "model", "created": model.created, "owned_by": "openrelay",
+                "endpoints": list(model.endpoints)}
 
 
 def _covered(url: str, entries: tuple[str, ...]) -> str | None:
@@ -169,6 +171,9 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
     grouping = raw.get("prefix_grouping", True)
     if type(grouping) is not bool:
         raise CatalogError(f"catalog: model {name!r} needs prefix_grouping to be true or false")
+    created = raw.get("created", 0)
+    if type(created) is not int or created < 0:
+        raise CatalogError(f"catalog: model {name!r} needs created to be a Unix time in seconds (an integer >= 0)")
     cached = raw.get("cached_input_usd_per_mtok")
     return ModelSpec(
         name=name,
@@ -184,6 +189,7 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
         max_concurrency=high,
         cached_input_usd_per_mtok=None if cached is None else Decimal(str(cached)),
         prefix_grouping=grouping,
+        created=created,
     )
 
 
