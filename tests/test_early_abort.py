@@ -25,6 +25,7 @@ from tests.support.batches import (
     prompt_text,
     results,
     usage_of,
+    wait_for,
 )
 from tests.support.browser import signed_in_client
 from tests.support.server import Server, catalog_text
@@ -109,6 +110,33 @@ def test_most_records_failing_stop_the_batch_early_and_only_what_ran_is_billed(m
     assert page.status_code == 200
     assert 'data-threshold="error_rate">50%' in page.text and 'data-threshold="min_records">20' in page.text
     assert "failure_threshold_exceeded" in page.text
+
+
+def test_a_batch_resumed_after_kill_9_counts_the_records_that_ran_before(make_server, engine) -> None:
+    # Six records fail before the kill and two are in flight (held); after the restart four more failures reach
+    # min_records 10. A resumed run that counted only its own records would need ten more.
+    server = make_server(concurrency=CONCURRENCY)
+    records = ([chat(f"early-{i}", f"crash {i} #status=400") for i in range(6)]
+               + [chat(f"late-{i}", f"crash late-{i} #hold=crash #status=400") for i in range(40)])
+    made = post_batch(server, requests=records, failure_threshold={"error_rate": 0.5, "min_records": 10})
+    assert made.status_code == 200, made.text
+    engine.wait_held("crash", CONCURRENCY)
+    wait_for(lambda: get(server, made.json()["id"])["request_counts"]["failed"] == 6, "six failures durable")
+    server.kill()
+    engine.release("crash")
+    server.start()
+
+    done = server.wait(made.json()["id"])
+    assert done["status"] == "failed", done
+    assert "10 of the 10 records that had run failed (100.0%)" in done["errors"]["data"][0]["message"]
+    calls = [prompt_text(r) for r in engine.requests() if prompt_text(r).startswith("crash ")]
+    # 6 before the kill, 2 in flight at it (sent again after), 4 more to reach 10, and at most the other lane's one.
+    assert len(calls) <= 6 + CONCURRENCY + 4 + (CONCURRENCY - 1), calls
+    output, errors = results(server, done)
+    codes = collections.Counter(line["error"]["code"] for line in errors.values())
+    assert output == {} and codes["batch_aborted"] == len(records) - len(set(calls))
+    assert done["request_counts"] == {"total": len(records), "completed": 0, "failed": len(records)}
+    assert done["usage"]["cost_nano_usd"] == 0
 
 
 def test_create_rejections_do_not_count_and_a_healthy_batch_completes(server: Server, engine) -> None:
