@@ -139,6 +139,24 @@ def test_a_batch_resumed_after_kill_9_counts_the_records_that_ran_before(make_se
     assert done["usage"]["cost_nano_usd"] == 0
 
 
+def test_a_retry_of_the_records_it_never_ran_keeps_the_threshold(make_server, engine) -> None:
+    server = make_server(concurrency=1)  # one record at a time: the first three fail, and nothing more starts
+    records = [chat(f"x-{i}", f"retry {i}" + (" #status=400" if i < 3 else "")) for i in range(30)]
+    made = post_batch(server, requests=records, failure_threshold={"error_rate": 0.5, "min_records": 3})
+    done = server.wait(made.json()["id"])
+    assert done["status"] == "failed"
+    _output, errors = results(server, done)
+    unrun = {custom_id for custom_id, line in errors.items() if line["error"]["code"] == "batch_aborted"}
+    assert unrun == {f"x-{i}" for i in range(3, 30)}
+    again = server.http("POST", f"/batches/{done['id']}/retry", json={"codes": ["batch_aborted"]})
+    assert again.status_code == 200, again.text
+    assert again.json()["retried_count"] == len(unrun)
+    assert again.json()["failure_threshold"] == {"error_rate": 0.5, "min_records": 3}
+    retried = server.wait(again.json()["id"])
+    assert retried["status"] == "completed"  # what never ran succeeds: none of it carries #status=400
+    assert retried["request_counts"] == {"total": len(unrun), "completed": len(unrun), "failed": 0}
+
+
 def test_create_rejections_do_not_count_and_a_healthy_batch_completes(server: Server, engine) -> None:
     # 20 rejected records and 10 that succeed: counted with the rejections the rate would be 2 in 3.
     records = [chat(f"bad-{i}", stream=True) for i in range(20)] + [chat(f"ok-{i}", "fine") for i in range(10)]
