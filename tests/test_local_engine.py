@@ -60,9 +60,10 @@ def test_builtin_chat_model_serves_text_completions_through_the_sdk(make_server)
         record("no-prompt", max_tokens=8),
         record("two-prompts", prompt=["a", "b"]),
         record("no-tokens", prompt="Hi", max_tokens=-1),  # the same check as chat's
+        record("zero-tokens", prompt="Hi", max_tokens=0),
     ], COMPLETIONS)
     assert batch.status == "completed", server.log()[-2000:]
-    assert batch.request_counts.model_dump() == {"total": 4, "completed": 1, "failed": 3}
+    assert batch.request_counts.model_dump() == {"total": 5, "completed": 1, "failed": 4}
     completion = Completion.model_validate(out["france"]["response"]["body"])
     assert completion.object == "text_completion" and completion.model == "openrelay/smollm2-135m"
     assert completion.id.startswith("cmpl-") and completion.choices[0].text.strip()
@@ -71,6 +72,6 @@ def test_builtin_chat_model_serves_text_completions_through_the_sdk(make_server)
     assert batch.usage.model_dump()["cost_nano_usd"] == (completion.usage.prompt_tokens * 10
                                                          + completion.usage.completion_tokens * 20)
     assert {custom_id: line["error"]["status_code"] for custom_id, line in err.items()} == {
-        "no-prompt": 400, "two-prompts": 400, "no-tokens": 400}
+        "no-prompt": 400, "two-prompts": 400, "no-tokens": 400, "zero-tokens": 400}
     assert "prompt" in err["no-prompt"]["error"]["message"]
     assert "max_tokens must be a positive integer" in err["no-tokens"]["error"]["message"]

@@ -68,7 +68,9 @@ class LlamaCppEngine:
         if problem is not None:
             return EngineReply(400, error_envelope(problem))
         kwargs = {k: body[k] for k in (_PASSED_TEXT if text else _PASSED) if k in body}
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
+        # 0 is refused like any other count below 1, not taken for "absent".
+        max_tokens = next((body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None),
+                          self.default_max_tokens)
         if type(max_tokens) is not int or max_tokens < 1:
             return EngineReply(400, error_envelope(f"max_tokens must be a positive integer (got {max_tokens!r:.50})"))
         kwargs["max_tokens"] = max_tokens
