@@ -16,13 +16,18 @@ log = logging.getLogger("openrelay.worker")
 
 
 class AbortWatch:
-    def __init__(self, batch_id: str, threshold: FailureThreshold | None, chunks: list[Chunk]) -> None:
+    def __init__(self, batch_id: str, threshold: FailureThreshold | None) -> None:
         self.batch_id = batch_id
         self.threshold = threshold
-        # Chunks hold only lines of records that ran: create rejections are in the rejections blob, never here.
-        self.ran = sum(c.completed + c.failed for c in chunks)
-        self.failed = sum(c.failed for c in chunks)
+        self.ran = 0
+        self.failed = 0
         self.error: dict[str, Any] | None = None  # the batch's ``errors`` entry once the threshold stopped it
+
+    def ran_before(self, chunks: list[Chunk]) -> None:
+        """Count the records an earlier run made durable (a resumed batch). Chunks hold only lines of records that
+        ran: create rejections are in the rejections blob, never here."""
+        self.ran += sum(c.completed + c.failed for c in chunks)
+        self.failed += sum(c.failed for c in chunks)
         self._judge()
 
     @property

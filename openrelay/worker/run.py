@@ -77,7 +77,7 @@ class BatchRun:
         self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
         self.writer: ChunkWriter | None = None
         self._writing: asyncio.Task[None] | None = None
-        self.abort = AbortWatch(batch.id, FailureThreshold.of(batch.failure_threshold), [])
+        self.abort = AbortWatch(batch.id, FailureThreshold.of(batch.failure_threshold))
 
     # -- the whole run ---------------------------------------------------------------------------------------
 
@@ -85,7 +85,7 @@ class BatchRun:
         chunks = await asyncio.to_thread(self.rt.results.chunks, self.batch.id)
         rejections = await asyncio.to_thread(read_rejections, self.rt.blobs, self.batch)
         skip = {line for c in chunks for line in c.lines} | {r.line for r in rejections}
-        self.abort = AbortWatch(self.batch.id, self.abort.threshold, chunks)  # a resumed run counts what ran before
+        self.abort.ran_before(chunks)
         writer = self.writer = ChunkWriter(self.rt, self.batch, self.worker_id,
                                            last_seq=max((c.seq for c in chunks), default=0), model=self.spec.name)
         keeping = asyncio.create_task(self.keeper.run())
