@@ -194,7 +194,7 @@ def test_invalid_thresholds_are_a_400_naming_the_field(server: Server, threshold
     assert server.http("GET", "/batches").json()["data"] == []  # nothing was created
 
 
-def test_the_dry_run_echoes_it_and_null_means_none(server: Server) -> None:
+def test_the_dry_run_echoes_it_and_the_batch_object_shows_it(server: Server) -> None:
     dry = post_batch(server, requests=[chat("one")], dry_run=True, failure_threshold=THRESHOLD)
     assert dry.status_code == 200, dry.text
     assert dry.json()["id"] is None and dry.json()["failure_threshold"] == THRESHOLD
@@ -202,6 +202,9 @@ def test_the_dry_run_echoes_it_and_null_means_none(server: Server) -> None:
     assert plain.status_code == 200, plain.text
     assert plain.json()["failure_threshold"] is None
     assert get(server, plain.json()["id"])["failure_threshold"] is None
+    made = post_batch(server, requests=[chat("two")], failure_threshold=THRESHOLD)
+    listed = {b["id"]: b["failure_threshold"] for b in server.http("GET", "/batches").json()["data"]}
+    assert listed == {plain.json()["id"]: None, made.json()["id"]: THRESHOLD}  # the list page's rows show it too
 
 
 def test_the_cli_flags_and_the_dashboard_form_send_it(server: Server, tmp_path) -> None:
