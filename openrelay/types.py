@@ -47,7 +47,7 @@ class BatchStatus(enum.StrEnum):
     IN_PROGRESS = "in_progress"  # queued (in_progress_at null) or running
     FINALIZING = "finalizing"  # every record settled; result files being written
     COMPLETED = "completed"  # result files written
-    FAILED = "failed"  # could not run at all; ``errors`` says why
+    FAILED = "failed"  # could not run at all, or its failure_threshold stopped it; ``errors`` says why
     EXPIRED = "expired"  # the window passed before every record ran
     CANCELLING = "cancelling"  # cancel asked; in-flight records finishing
     CANCELLED = "cancelled"  # cancel done; unstarted records are batch_cancelled lines
