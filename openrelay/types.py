@@ -47,7 +47,7 @@ class BatchStatus(enum.StrEnum):
     IN_PROGRESS = "in_progress"  # queued (in_progress_at null) or running
     FINALIZING = "finalizing"  # every record settled; result files being written
     COMPLETED = "completed"  # result files written
-    FAILED = "failed"  # could not run at all; ``errors`` says why
+    FAILED = "failed"  # could not run at all, or its failure_threshold stopped it; ``errors`` says why
     EXPIRED = "expired"  # the window passed before every record ran
     CANCELLING = "cancelling"  # cancel asked; in-flight records finishing
     CANCELLED = "cancelled"  # cancel done; unstarted records are batch_cancelled lines
@@ -189,6 +189,7 @@ class Batch:
     reasoning_tokens: int = 0  # of output_tokens
     cost_nano_usd: int = 0
     metadata: dict[str, str] | None = None
+    failure_threshold: dict[str, Any] | None = None  # the early abort's rule (failure_threshold.py), or None
     started: bool = False
     lease_owner: str | None = None
     lease_expires_at: float | None = None
@@ -227,7 +228,7 @@ def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str
               cancelled_at: int | None, output_file_id: str | None, error_file_id: str | None,
               errors: list[dict[str, Any]] | None, total: int, completed: int, failed: int, input_tokens: int,
               cached_tokens: int, output_tokens: int, reasoning_tokens: int, cost_nano_usd: int,
-              metadata: dict[str, str] | None) -> dict[str, Any]:
+              metadata: dict[str, str] | None, failure_threshold: dict[str, Any] | None) -> dict[str, Any]:
     """A batch as the API shows it, the one definition of that shape. Its parameters are the ``Batch`` fields
     it is made from (``BATCH_API_FIELDS``): ``Batch.as_api`` passes them from the record, and the store's list
     page straight from a row of those columns, skipping the record (store/batches.py). ``usage`` has the shape
@@ -264,6 +265,7 @@ def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str
             "cost_nano_usd": cost_nano_usd,
         },
         "metadata": metadata,
+        "failure_threshold": failure_threshold,
     }
 
 

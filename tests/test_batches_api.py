@@ -18,6 +18,7 @@ BATCH_FIELDS = {
     "id", "object", "endpoint", "input_file_id", "completion_window", "priority", "status", "model", "created_at",
     "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at", "expired_at", "cancelling_at",
     "cancelled_at", "output_file_id", "error_file_id", "errors", "request_counts", "usage", "metadata",
+    "failure_threshold",
 }
 UNKNOWN_BATCH = "batch_000000000000"
 

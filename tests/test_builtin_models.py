@@ -48,7 +48,8 @@ def test_builtin_catalog_lists_its_models_and_rejects_them_under_other_endpoints
     assert listed.returncode == 0, listed.stderr
     endpoints = {m["id"]: m["endpoints"] for m in json.loads(listed.stdout)["data"]}
     assert endpoints == {"openrelay/minilm-l6": ["/v1/embeddings"], "openrelay/rapidocr": ["/v1/chat/completions"],
-                         "openrelay/smollm2-135m": ["/v1/chat/completions", "/v1/responses"]}
+                         "openrelay/smollm2-135m": ["/v1/chat/completions", "/v1/completions",
+                                                            "/v1/responses"]}
     for endpoint, wrong in (("/v1/chat/completions", "openrelay/minilm-l6"), ("/v1/embeddings", "openrelay/rapidocr")):
         body = {"model": wrong, "input": "hi"} if endpoint == "/v1/embeddings" else \
             {"model": wrong, "messages": [{"role": "user", "content": "hi"}]}

@@ -45,3 +45,9 @@ def test_orl_serve_lists_the_example_catalog(make_server, path: Path):
     models = server.http("GET", "/models").json()["data"]
     assert {m["id"]: m["endpoints"] for m in models} == {
         name: list(load_catalog(path).models[name].endpoints) for name in EXAMPLE_MODELS}
+
+
+@pytest.mark.parametrize("name", ["vllm.toml", "sglang.toml"])
+def test_the_chat_model_takes_the_responses_api_on_engines_that_serve_it(name: str):
+    (path,) = [p for p in EXAMPLES if p.name == name]
+    assert "/v1/responses" in load_catalog(path).models["openrelay/gemma-4-31b"].endpoints

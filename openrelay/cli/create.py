@@ -100,6 +100,11 @@ def create(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check every record and estimate tokens and cost; create nothing.")
     ] = False,
+    abort_if_error_rate: Annotated[float | None, typer.Option(
+        help="Stop the batch early (it ends failed, only what ran is billed) once more than this share (0 to 1) "
+             "of the records that ran failed; with --abort-after.", show_default=False)] = None,
+    abort_after: Annotated[int | None, typer.Option(
+        help="How many records must have run before --abort-if-error-rate is judged.", show_default=False)] = None,
     keep_upload: Annotated[bool, typer.Option(
         "--keep-upload", help="Keep the file --input-file uploaded even when the create is refused or is a dry "
                               "run (otherwise it is deleted again: no batch uses it).")] = False,
@@ -108,6 +113,8 @@ def create(
     if (input_file is None) == (input_file_id is None):
         raise typer.BadParameter("give exactly one of --input-file and --input-file-id")
     meta = parse_pairs(metadata or [])
+    if (abort_if_error_rate is None) != (abort_after is None):
+        raise typer.BadParameter("give --abort-if-error-rate and --abort-after together")
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else {}
     if idempotency_key is not None:
         meta = _tag_with(meta, idempotency_key)
@@ -127,6 +134,8 @@ def create(
             request["priority"] = priority.value
         if meta:
             request["metadata"] = meta
+        if abort_if_error_rate is not None:
+            request["failure_threshold"] = {"error_rate": abort_if_error_rate, "min_records": abort_after}
         if dry_run:
             request["dry_run"] = True
         refused = False

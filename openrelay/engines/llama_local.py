@@ -1,5 +1,6 @@
-"""``kind = "llama-cpp"``: a GGUF chat model run in-process on the CPU by llama.cpp, on chat completions and on
-the Responses API (read as a chat: ``responses_local``).
+"""``kind = "llama-cpp"``: a GGUF chat model run in-process on the CPU by llama.cpp, on chat completions, on text
+completions (a ``prompt`` in, a ``text_completion`` out) and on the Responses API (read as a chat:
+``responses_local``).
 
 One llama.cpp context per concurrent request, each with one thread: on a small machine that beats one context
 oversubscribed by many threads. The weights are memory-mapped, so the contexts share them. The contexts run on the
@@ -24,7 +25,11 @@ __all__ = ["LlamaCppEngine", "resolve_gguf"]
 # Sampling fields of a chat completion body that llama.cpp understands; others are ignored.
 _PASSED = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "response_format",
            "logit_bias", "logprobs", "top_logprobs")
+# The same for a text completion (``logprobs`` is a count there, and ``echo`` and ``suffix`` are its own).
+_PASSED_TEXT = ("temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
+                "logprobs", "echo", "suffix")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+_SERVED = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 class LlamaCppEngine:
@@ -56,19 +61,23 @@ class LlamaCppEngine:
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         if endpoint == "/v1/responses":
             return await self._respond(body)
-        if endpoint != "/v1/chat/completions":
-            return EngineReply(400, error_envelope(f"{self.model_name} serves only /v1/chat/completions and "
-                                                   "/v1/responses"))
-        messages = body.get("messages")
-        problem = _messages_problem(messages)
+        if endpoint not in _SERVED:
+            return EngineReply(400, error_envelope(f"{self.model_name} serves only {', '.join(_SERVED)}"))
+        text = endpoint == "/v1/completions"
+        problem = _prompt_problem(body.get("prompt")) if text else _messages_problem(body.get("messages"))
         if problem is not None:
             return EngineReply(400, error_envelope(problem))
-        kwargs = {k: body[k] for k in _PASSED if k in body}
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.default_max_tokens
+        kwargs = {k: body[k] for k in (_PASSED_TEXT if text else _PASSED) if k in body}
+        # 0 is refused like any other count below 1, not taken for "absent".
+        max_tokens = next((body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None),
+                          self.default_max_tokens)
         if type(max_tokens) is not int or max_tokens < 1:
             return EngineReply(400, error_envelope(f"max_tokens must be a positive integer (got {max_tokens!r:.50})"))
         kwargs["max_tokens"] = max_tokens
-        return await self._complete(messages, kwargs)
+        if text:
+            prompt = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
+            return await self._run("create_completion", "cmpl", prompt=prompt, **kwargs)
+        return await self._complete(body["messages"], kwargs)
 
     async def _respond(self, body: dict[str, Any]) -> EngineReply:
         """``/v1/responses``: the request run as a chat, answered as a Response object (``responses_local``)."""
@@ -84,12 +93,16 @@ class LlamaCppEngine:
 
     async def _complete(self, messages: list[Any], kwargs: dict[str, Any]) -> EngineReply:
         """One chat completion on a context of the pool."""
+        return await self._run("create_chat_completion", "chatcmpl", messages=messages, **kwargs)
+
+    async def _run(self, method: str, id_prefix: str, **kwargs: Any) -> EngineReply:
+        """One call of llama.cpp's ``method`` (a chat or a text completion) on a context of the pool."""
         try:
             pool = await self._pool()
         except Exception as exc:  # noqa: BLE001 - a model that cannot load: the gate treats it as an outage
             raise EngineUnavailable(f"{self.model_name} could not be loaded: {exc}") from exc
         llama = await pool.get()
-        run = self._threads.submit(llama.create_chat_completion, messages=messages, **kwargs)
+        run = self._threads.submit(getattr(llama, method), **kwargs)
         # The context goes back to the pool only once its thread is done with it, even when this call is
         # cancelled while the thread still runs: two threads must never share one context.
         run.add_done_callback(lambda done: _give_back(pool, llama, done))
@@ -97,7 +110,7 @@ class LlamaCppEngine:
             result = await asyncio.shield(run)
         except Exception as exc:  # noqa: BLE001 - llama.cpp's chat template and sampler raise many kinds
             return EngineReply(400, error_envelope(f"{exc.__class__.__name__}: {exc}"[:2000]))
-        result["id"] = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        result["id"] = f"{id_prefix}-{uuid.uuid4().hex[:24]}"
         result["created"] = int(time.time())
         return EngineReply(200, result)
 
@@ -118,6 +131,17 @@ def _give_back(pool: asyncio.Queue[Any], llama: Any, run: asyncio.Future[Any]) -
     if not run.cancelled():
         run.exception()  # retrieved: a caller cancelled meanwhile would leave it "never retrieved"
     pool.put_nowait(llama)
+
+
+def _prompt_problem(prompt: Any) -> str | None:
+    """What an OpenAI server would say of a ``prompt`` this model cannot take, or None: one text per request."""
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return "prompt: field required (a string; this model takes one prompt per request)"
+    if not prompt:
+        return "prompt: must not be empty"
+    return None
 
 
 def _messages_problem(messages: Any) -> str | None:

@@ -15,6 +15,7 @@ from ..blobs.base import BlobStore
 from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import Catalog
 from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
+from ..failure_threshold import FailureThreshold, parse_failure_threshold
 from ..ids import new_batch_id, new_file_id, now, now_ns
 from ..prefix import PROMPT_FIELDS
 from ..runtime import Runtime
@@ -78,6 +79,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")
     endpoint, metadata = check_create_fields(body, priority)
+    threshold = parse_failure_threshold(body.get("failure_threshold"))
     batch_id = new_batch_id()
     new_files: list[dict[str, Any]] = []
     if "input_file_id" in body:
@@ -105,7 +107,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     if dry_run:  # every check done: answer as the create would, making and storing nothing
         batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id="",
                            endpoint=endpoint, priority=priority, metadata=metadata, input_file_id="", blob_key="",
-                           rejections_file_id=None)
+                           rejections_file_id=None, threshold=threshold)
         return _dry_run_answer(rt.catalog, batch, result, source,
                                input_file_id=None if blob_key == "" else input_file_id)
     if not blob_key:
@@ -121,7 +123,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
                                       size, rejections_key(batch_id)))
     batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id=batch_id,
                        endpoint=endpoint, priority=priority, metadata=metadata, input_file_id=input_file_id,
-                       blob_key=blob_key, rejections_file_id=rejections_file_id)
+                       blob_key=blob_key, rejections_file_id=rejections_file_id, threshold=threshold)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
     rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer)
     return raw_answer
@@ -129,7 +131,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
 
 def _new_batch(key: ApiKey, result: ScanResult, *, window_seconds: int, batch_id: str, endpoint: str,
                priority: str, metadata: dict[str, str] | None, input_file_id: str, blob_key: str,
-               rejections_file_id: str | None) -> Batch:
+               rejections_file_id: str | None, threshold: FailureThreshold | None) -> Batch:
     """The batch a create makes of its scanned records, validating, created now, expiring ``window_seconds``
     later."""
     created = now()
@@ -139,6 +141,7 @@ def _new_batch(key: ApiKey, result: ScanResult, *, window_seconds: int, batch_id
         model=result.model or "", created_at=created, expires_at=created + window_seconds,
         total=result.total, failed=len(result.rejections), rejected_count=len(result.rejections),
         rejections_file_id=rejections_file_id, metadata=metadata,
+        failure_threshold=threshold.as_api() if threshold is not None else None,
     )
 
 

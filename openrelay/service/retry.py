@@ -163,5 +163,6 @@ def _create_body(source: Batch, lines: list[bytes]) -> bytes:
     if tags:
         metadata[TAGS_KEY] = tags
     fields = orjson.dumps({"endpoint": source.endpoint, "completion_window": source.completion_window,
-                           "priority": source.priority, "metadata": metadata})
+                           "priority": source.priority, "metadata": metadata,
+                           **({"failure_threshold": source.failure_threshold} if source.failure_threshold else {})})
     return fields[:-1] + b',"requests":[' + b",".join(lines) + b"]}"

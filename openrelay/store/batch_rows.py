@@ -16,10 +16,11 @@ __all__ = ["batch_from_row", "batch_from_values", "api_from_values", "batch_valu
 # The columns the API's reads select, in the order of ``Batch``'s fields (every stored field is a column).
 _FIELDS = tuple(f.name for f in dataclasses.fields(Batch) if not f.metadata.get(NOT_STORED))
 COLUMNS = tuple(batches.c[name] for name in _FIELDS)
-# The columns a list page selects: only what the API shows (``types.batch_api``), 28 of the 39.
+# The columns a list page selects: only what the API shows (``types.batch_api``).
 API_COLUMNS = tuple(batches.c[name] for name in BATCH_API_FIELDS)
 _API_ERRORS = BATCH_API_FIELDS.index("errors")
 _API_METADATA = BATCH_API_FIELDS.index("metadata")
+_API_THRESHOLD = BATCH_API_FIELDS.index("failure_threshold")
 _STATUSES = {s.value: s for s in BatchStatus}
 
 
@@ -40,6 +41,8 @@ def batch_values(batch: Batch, created_ns: int) -> dict[str, Any]:
         "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "cost_nano_usd": 0,
         "started": False,
         "metadata": orjson.dumps(batch.metadata).decode() if batch.metadata is not None else None,
+        "failure_threshold": (orjson.dumps(batch.failure_threshold).decode()
+                              if batch.failure_threshold is not None else None),
     }
 
 
@@ -56,6 +59,8 @@ def batch_from_values(values: tuple[Any, ...]) -> Batch:
         m["errors"] = None
     if m["metadata"] is not None:
         m["metadata"] = orjson.loads(m["metadata"])
+    if m["failure_threshold"] is not None:
+        m["failure_threshold"] = orjson.loads(m["failure_threshold"])
     m["started"] = bool(m["started"])
     record = object.__new__(Batch)
     object.__setattr__(record, "__dict__", m)
@@ -71,4 +76,6 @@ def api_from_values(values: tuple[Any, ...]) -> dict[str, Any]:
     metadata = args[_API_METADATA]
     if metadata is not None:
         args[_API_METADATA] = orjson.loads(metadata)
+    if args[_API_THRESHOLD] is not None:
+        args[_API_THRESHOLD] = orjson.loads(args[_API_THRESHOLD])
     return batch_api(*args)

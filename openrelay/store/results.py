@@ -155,4 +155,4 @@ class Results:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
         # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
-                            stamp=stamp)
+                            stamp=stamp, errors=errors)

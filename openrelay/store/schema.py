@@ -97,6 +97,7 @@ batches = Table(
     Column("reasoning_tokens", BigInteger, nullable=False, default=0),  # of output_tokens
     Column("cost_nano_usd", BigInteger, nullable=False, default=0),
     Column("metadata", Text),  # JSON object or null
+    Column("failure_threshold", Text),  # the early abort's rule, JSON {error_rate, min_records} or null (0017)
     Column("started", Boolean, nullable=False, default=False),  # claimed into a slot at least once
     Column("lease_owner", String(80)),  # the worker running it now
     Column("lease_expires_at", Float),

@@ -81,20 +81,26 @@ class AttemptLog:
                 "delivery_state": self.state}
 
 
-def event_payload(event_id: str, event_type: str, created_at: int, object_id: str) -> bytes:
-    """The body of an event, as OpenAI's webhooks shape it."""
+def event_payload(event_id: str, event_type: str, created_at: int, object_id: str,
+                  errors: list[dict[str, Any]] | None = None) -> bytes:
+    """The body of an event, as OpenAI's webhooks shape it; a ``batch.failed`` one also says why (``errors``, as
+    the batch object shows them)."""
+    data: dict[str, Any] = {"id": object_id}
+    if errors:
+        data["errors"] = {"object": "list", "data": errors}
     return orjson.dumps({"id": event_id, "object": "event", "type": event_type, "created_at": created_at,
-                         "data": {"id": object_id}})
+                         "data": data})
 
 
 def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: str, batch_id: str | None,
-                  object_id: str, stamp: int, endpoint_id: str | None = None) -> str:
+                  object_id: str, stamp: int, endpoint_id: str | None = None,
+                  errors: list[dict[str, Any]] | None = None) -> str:
     """The event and a pending delivery, due now, to each live endpoint of the organization (or only to
     ``endpoint_id``)."""
     event_id = new_event_id()
     conn.execute(webhook_events.insert().values(
         id=event_id, org_id=org_id, type=event_type, batch_id=batch_id, created_at=stamp,
-        payload=event_payload(event_id, event_type, stamp, object_id).decode()))
+        payload=event_payload(event_id, event_type, stamp, object_id, errors).decode()))
     e = webhook_endpoints.c
     targets = sa.select(
         sa.literal(event_id, sa.String), e.id, e.org_id, sa.literal(PENDING, sa.String), sa.literal(0),
@@ -109,10 +115,11 @@ def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: st
 
 
 def enqueue_batch_event(conn: Connection, *, clock: float, org_id: str, batch_id: str, status: BatchStatus,
-                        stamp: int) -> str:
-    """Called inside the transaction that writes the terminal ``status``; returns the event's id."""
+                        stamp: int, errors: list[dict[str, Any]] | None = None) -> str:
+    """Called inside the transaction that writes the terminal ``status``; returns the event's id. ``errors``: a
+    failed batch's, which its event carries."""
     return _insert_event(conn, clock=clock, org_id=org_id, event_type=EVENT_TYPES[status], batch_id=batch_id,
-                         object_id=batch_id, stamp=stamp)
+                         object_id=batch_id, stamp=stamp, errors=errors if status is BatchStatus.FAILED else None)
 
 
 def end_pending_deliveries(conn: Connection, endpoint_id: str) -> None:

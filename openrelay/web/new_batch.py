@@ -62,6 +62,9 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
             metadata = _metadata_from_form(form.get("metadata"), form.get("tags"))
             if metadata:
                 body["metadata"] = metadata
+            threshold = _threshold_from_form(form.get("error_rate"), form.get("min_records"))
+            if threshold is not None:
+                body["failure_threshold"] = threshold
             answer = await run_in_threadpool(batch_service.create_batch, rt, signed.key, orjson.dumps(body),
                                              str(form.get("idempotency_key") or "") or None)
         except NoValidRecords as exc:
@@ -95,6 +98,21 @@ def _metadata_from_form(text: object, tags: object) -> dict[str, str] | None:
     if tag_text:
         metadata["tags"] = tag_text
     return metadata or None
+
+
+def _threshold_from_form(rate: object, after: object) -> dict[str, Any] | None:
+    """The "stop early" fields as the create's ``failure_threshold`` (which the create checks); both empty: none."""
+    rate_text, after_text = (str(v or "").strip() for v in (rate, after))
+    if not rate_text and not after_text:
+        return None
+    return {"error_rate": _number(rate_text, float), "min_records": _number(after_text, int)}
+
+
+def _number(text: str, kind: type[float] | type[int]) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        return text  # the create refuses it, naming the field
 
 
 async def _picked_file(rt: Runtime, signed: SignedInSession,

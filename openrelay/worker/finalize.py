@@ -29,8 +29,9 @@ _UNRUN_CODE = {
 
 
 def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
-                   errors: list[dict] | None = None) -> None:
-    """``status`` is what ends the batch; an expiry that finds no record left unrun ends it ``completed``."""
+                   errors: list[dict] | None = None, *, unrun_code: str | None = None) -> None:
+    """``status`` is what ends the batch; an expiry that finds no record left unrun ends it ``completed``.
+    ``unrun_code``: the code of the records left unrun, when not the status's own (an early abort's)."""
     chunks = rt.results.chunks(batch.id)
     rejections = read_rejections(rt.blobs, batch)
     settled = {line for chunk in chunks for line in chunk.lines}
@@ -40,7 +41,7 @@ def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatu
         for rejection in rejections:
             tail.write(rejection_line(rejection))
         if status is not BatchStatus.COMPLETED:
-            code = _UNRUN_CODE[status]
+            code = unrun_code or _UNRUN_CODE[status]
             for _line, record in pending_records(rt.blobs, batch, skip, rt.settings.batches.max_line_bytes):
                 custom_id = record.custom_id if isinstance(record, Unreadable) else record["custom_id"]
                 tail.write(unrun_line(custom_id, code))

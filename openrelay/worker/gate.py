@@ -19,7 +19,7 @@ from .replicas import Outage, Replica
 
 __all__ = ["EngineGate", "Outage", "Stopped", "StopReason"]
 
-StopReason = Literal["lost", "drained", "cancelled", "expired"]
+StopReason = Literal["lost", "drained", "cancelled", "aborted", "expired"]
 
 
 class Stopped(Exception):

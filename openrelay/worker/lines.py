@@ -48,5 +48,7 @@ def unrun_line(custom_id: str, code: str) -> bytes:
         "batch_cancelled": "the batch was cancelled before this request started",
         "batch_expired": "the batch's completion window ended before this request started",
         "batch_failed": "the batch failed before this request started",
+        "batch_aborted": "the batch was stopped by its failure_threshold (too many of its records failed) before "
+                         "this request started",
     }
     return error_line(custom_id, code=code, message=messages[code])

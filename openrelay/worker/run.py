@@ -4,8 +4,8 @@ Three helpers do the rest: the ``EngineGate`` owns retries and outages, the ``Ch
 durable, the ``LeaseKeeper`` renews the lease and sees a cancel. A crash loses at most the records in flight or
 waiting for a write, and those run again on resume. A record's failure is only that record's: whatever an engine,
 a tool loop or the record itself raises becomes its own error line. The terminal status is decided at the end from
-the store's counts: every record has its line (completed), the user cancelled (cancelled), or the window ended
-with records unrun (expired).
+the store's counts: every record has its line (completed), the user cancelled (cancelled), too many records failed
+(``failure_threshold``: failed, ``worker/abort.py``), or the window ended with records unrun (expired).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from typing import Any
 
 from ..catalog import ModelSpec
 from ..engines.base import EngineReply
+from ..failure_threshold import ABORTED_RECORD_CODE, FailureThreshold
 from ..metrics import RUNNING_BATCHES
 from ..runtime import Runtime
 from ..store.results import LeaseLost
 from ..types import Batch, BatchStatus
+from .abort import AbortWatch
 from .chunks import ChunkWriter
 from .dispatch import DispatchQueue, ModelGroups, Pending
 from .finalize import finalize_batch
@@ -42,6 +44,8 @@ _STOPPED_MESSAGES = {
                                      "not answering"),
     "expired": ("batch_expired", "the batch's completion window ended while this request waited for its engine, "
                                  "which was not answering"),
+    "aborted": (ABORTED_RECORD_CODE, "the batch was stopped by its failure_threshold while this request waited for "
+                                     "its engine, which was not answering"),
 }
 
 
@@ -73,6 +77,7 @@ class BatchRun:
         self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
         self.writer: ChunkWriter | None = None
         self._writing: asyncio.Task[None] | None = None
+        self.abort = AbortWatch(batch.id, FailureThreshold.of(batch.failure_threshold))
 
     # -- the whole run ---------------------------------------------------------------------------------------
 
@@ -80,6 +85,7 @@ class BatchRun:
         chunks = await asyncio.to_thread(self.rt.results.chunks, self.batch.id)
         rejections = await asyncio.to_thread(read_rejections, self.rt.blobs, self.batch)
         skip = {line for c in chunks for line in c.lines} | {r.line for r in rejections}
+        self.abort.ran_before(chunks)
         writer = self.writer = ChunkWriter(self.rt, self.batch, self.worker_id,
                                            last_seq=max((c.seq for c in chunks), default=0), model=self.spec.name)
         keeping = asyncio.create_task(self.keeper.run())
@@ -131,6 +137,10 @@ class BatchRun:
         unrun = current.total - current.completed - current.failed
         if current.status is BatchStatus.CANCELLING:
             status = BatchStatus.CANCELLED
+        elif self.abort.error is not None:
+            finalize_batch(self.rt, self.worker_id, self.batch, BatchStatus.FAILED, [self.abort.error],
+                           unrun_code=ABORTED_RECORD_CODE)
+            return
         elif unrun == 0:
             self.rt.batches.mark_finalizing(self.batch.id, self.worker_id)
             status = BatchStatus.COMPLETED
@@ -146,6 +156,8 @@ class BatchRun:
     def _stop_reason(self) -> StopReason | None:
         if self.keeper.lost or (self._writing is not None and self._writing.done()):
             return "lost"  # the writer ends early only on a lost lease: nothing more would become durable
+        if self.abort.aborted:
+            return "aborted"
         if self._draining():
             return "drained"
         if self.keeper.cancelled:
@@ -161,6 +173,8 @@ class BatchRun:
         queue = DispatchQueue(self.rt.blobs, self.batch, skip, self.settings.batches.max_line_bytes,
                               grouping=self.spec.prefix_grouping, groups=self.groups, in_flight=self._concurrency_now)
         try:
+            if self._stop_reason() is not None:
+                return  # resumed after its failure_threshold stopped it: nothing more starts
             first = await queue.take()
             if first is None:
                 return
@@ -205,6 +219,7 @@ class BatchRun:
         if isinstance(record, Unreadable):
             self.writer.add_error(line, error_line(record.custom_id, code="invalid_request_error",
                                                    message=record.message, status_code=400))
+            self.abort.settled(failed=True)
             return True
         custom_id = record["custom_id"]
         try:
@@ -214,8 +229,10 @@ class BatchRun:
                 data = output_line(custom_id, reply.body, catalog_model=self.spec.name)
                 self.writer.add_output(line, data, usage=usage, cost=self.price.cost(
                     usage.input_tokens, usage.output_tokens, usage.cached_tokens))
+                self.abort.settled(failed=False)
             else:
                 self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body))
+                self.abort.settled(failed=True)
         except Stopped as stop:
             if stop.reason in _STOPPED_MESSAGES:  # lost or drained: the record runs again where the batch goes
                 code, message = _STOPPED_MESSAGES[stop.reason]
@@ -223,11 +240,13 @@ class BatchRun:
             return False
         except _RecordFailed as exc:
             self.writer.add_error(line, error_line(custom_id, code=exc.code, message=exc.message))
+            self.abort.settled(failed=True)
         except Exception as exc:  # noqa: BLE001 - whatever else breaks is this record's failure, not the batch's
             log.exception("batch %s: record at line %d failed", self.batch.id, line)
             self.writer.add_error(line, error_line(
                 custom_id, code="server_error", status_code=500,
                 message=f"the request could not be run: {exc.__class__.__name__}: {exc}"[:2000]))
+            self.abort.settled(failed=True)
         return True
 
     async def _answer(self, body: dict[str, Any], group: int) -> EngineReply:
