@@ -168,3 +168,17 @@ def test_admin_refuses_a_hard_budget_without_a_budget(server):
     unlimited = server.admin("key", "set-budget", key_id, "--budget-usd", "none", "--hard-budget")
     assert unlimited.returncode == 2 and "--hard-budget needs a budget" in unlimited.stderr
     assert _show(server, key_id) == shown
+
+
+def test_a_record_asking_for_endless_output_is_a_402_not_a_server_error(server):
+    _org, secret, _key_id = _hard_key(server, 10**9, "--hard-budget")
+    for max_tokens in (10**17, 10**30):  # costs past the 64-bit integers of JSON and the store
+        records = [chat("a", "hi", max_tokens=max_tokens)]
+        error = error_of(post_batch(server, api_key=secret, requests=records), 402, "key_budget_exceeded",
+                         type_="insufficient_quota")
+        assert error["max_cost_nano_usd"] == 2**63 - 1 and error["budget_left_nano_usd"] == 10**9
+        # A key without the flag sees the same bound in its dry run's estimate.
+        answer = post_batch(server, requests=records, dry_run=True)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["openrelay"]["estimate"]["max_cost_nano_usd"] == 2**63 - 1
+    assert batch_ids(server, api_key=secret) == []
