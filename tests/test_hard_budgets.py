@@ -100,19 +100,30 @@ def test_the_reservation_turns_into_spend_as_records_settle_and_the_end_releases
     assert created.status_code == 200, created.text
     batch_id = created.json()["id"]
     assert _show(server, key_id)["reserved_nano_usd"] == max_cost
+    # An Idempotency-Key's replay is the stored answer: nothing is reserved twice.
+    for _ in range(2):
+        replayed = server.http("POST", "/batches", api_key=secret, headers={"Idempotency-Key": hold},
+                               json={"endpoint": "/v1/chat/completions", "completion_window": "24h",
+                                     "requests": _records(hold, 1)})
+        assert replayed.status_code == 200, replayed.text
+    one_more = _max_cost(server, secret, _records(hold, 1))
+    assert _show(server, key_id)["reserved_nano_usd"] == max_cost + one_more
+    replay_id = replayed.json()["id"]
     engine.wait_held(hold)
     engine.release(hold, count=1)
     shown = wait_for(lambda: (s := _show(server, key_id))["spent_nano_usd"] > 0 and s, "the first record's spend")
-    assert shown["spent_nano_usd"] + shown["reserved_nano_usd"] == max_cost  # spend came out of the reservation
-    assert shown["left_nano_usd"] == 10**9 - max_cost
+    # Spend came out of the reservation.
+
+    assert shown["spent_nano_usd"] + shown["reserved_nano_usd"] == max_cost + one_more
+    assert shown["left_nano_usd"] == 10**9 - max_cost - one_more
     assert get(server, batch_id, api_key=secret)["status"] == "in_progress"
 
-    # Cancelled with records unrun: they cost nothing, and what they held goes back.
+    # Cancelled: records in flight finish, the rest never run; what the batch did not spend goes back.
     assert server.http("POST", f"/batches/{batch_id}/cancel", api_key=secret).status_code == 200
-    (done,) = _end(server, engine, secret, [batch_id], hold)
-    assert done["status"] == "cancelled"
+    done = _end(server, engine, secret, [batch_id, replay_id], hold)
+    assert done[0]["status"] == "cancelled"
     shown = _show(server, key_id)
-    assert shown["spent_nano_usd"] == done["usage"]["cost_nano_usd"] > 0
+    assert shown["spent_nano_usd"] == sum(batch["usage"]["cost_nano_usd"] for batch in done) > 0
     assert shown["reserved_nano_usd"] == 0 and shown["left_nano_usd"] == 10**9 - shown["spent_nano_usd"]
 
 
@@ -182,3 +193,29 @@ def test_a_record_asking_for_endless_output_is_a_402_not_a_server_error(server):
         assert answer.status_code == 200, answer.text
         assert answer.json()["openrelay"]["estimate"]["max_cost_nano_usd"] == 2**63 - 1
     assert batch_ids(server, api_key=secret) == []
+
+
+def test_a_retry_is_a_create_and_reserves_like_one(server, engine):
+    hold = f"retry-{secrets.token_hex(3)}"
+    _org, secret, key_id = _hard_key(server, 10**9, "--hard-budget")
+    records = [chat("bad", f"refused #hold={hold} #status=400", max_tokens=1000), chat("good", "fine", max_tokens=1000)]
+    created = post_batch(server, api_key=secret, requests=records)
+    assert created.status_code == 200, created.text
+    engine.wait_held(hold)
+    engine.release(hold, count=1)  # the gate stays closed: the retry's run of the record waits there
+    ended = server.wait(created.json()["id"], api_key=secret)
+    assert ended["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+    retry_cost = _max_cost(server, secret, records[:1])
+    spent = _show(server, key_id)["spent_nano_usd"]
+    assert spent == ended["usage"]["cost_nano_usd"] and _show(server, key_id)["reserved_nano_usd"] == 0
+
+    ok(server.admin("key", "set-budget", key_id, "--budget-usd", _usd(spent + retry_cost - 1)))
+    error_of(server.http("POST", f"/batches/{ended['id']}/retry", api_key=secret), 402, "key_budget_exceeded",
+             type_="insufficient_quota")
+    ok(server.admin("key", "set-budget", key_id, "--budget-usd", _usd(spent + retry_cost)))
+    retried = server.http("POST", f"/batches/{ended['id']}/retry", api_key=secret)
+    assert retried.status_code == 200, retried.text
+    assert _show(server, key_id)["left_nano_usd"] == 0
+    assert _end(server, engine, secret, [retried.json()["id"]], hold)[0]["request_counts"]["failed"] == 1
+    shown = _show(server, key_id)
+    assert (shown["spent_nano_usd"], shown["reserved_nano_usd"], shown["left_nano_usd"]) == (spent, 0, retry_cost)
