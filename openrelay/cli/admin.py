@@ -164,8 +164,10 @@ def key_set_budget(
         raise typer.BadParameter("--hard-budget needs a budget, not 'none'")
     try:
         accounts = _accounts()
-        _print(_key_view(accounts.set_hard_budget(key_id, hard_budget) if budget_usd is None  # type: ignore[arg-type]
-                         else accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
+        if budget_usd is None:
+            _print(_key_view(accounts.set_hard_budget(key_id, bool(hard_budget))))
+        else:
+            _print(_key_view(accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
     except OpenRelayError as exc:
         _fail(exc)
 
