@@ -5,6 +5,7 @@ tests/test_create_refusals.py)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,8 @@ def test_ten_parallel_creates_cannot_together_pass_a_hard_budget(server, engine)
     assert max_cost > 2 * 1000 * 600  # two records of up to 1,000 output tokens at $0.60 per Mtok (standard tier)
     budget = 3 * max_cost + max_cost // 2  # room for three batches and a half
     assert ok(server.admin("key", "set-budget", key_id, "--budget-usd", _usd(budget)))["hard_budget"] is True
+    stored_inputs = server.data_dir / "blobs" / "files"  # the local blob store's inline inputs (blobs/keys.py)
+    before = set(os.listdir(stored_inputs)) if stored_inputs.exists() else set()
     start = threading.Barrier(10)
 
     def create(_: int):
@@ -76,6 +79,10 @@ def test_ten_parallel_creates_cannot_together_pass_a_hard_budget(server, engine)
         assert error["max_cost_nano_usd"] == max_cost and error["budget_left_nano_usd"] == budget - 3 * max_cost
         assert f"({max_cost} nano-USD)" in error["message"] and "hard budget has" in error["message"]
     assert sorted(batch_ids(server, api_key=secret)) == sorted(made)
+    # The creates read the key together, so most refusals come from the reservation in the create's transaction,
+    # after the input was stored: those bytes are gone again.
+    inputs = {get(server, batch_id, api_key=secret)["input_file_id"] for batch_id in made}
+    assert set(os.listdir(stored_inputs)) - before == inputs
     shown = _show(server, key_id)
     assert (shown["spent_nano_usd"], shown["reserved_nano_usd"], shown["left_nano_usd"]) == (
         0, 3 * max_cost, budget - 3 * max_cost)
