@@ -131,8 +131,8 @@ class ApiKey:
     def fits(self, max_cost_nano_usd: int) -> bool:
         """The rule of a hard budget: spent + reserved + a batch's maximum cost stays within the budget
         (``store/budgets.py``'s ``reserve`` says the same in SQL)."""
-        left = self.budget_left()
-        return left is None or max_cost_nano_usd <= left
+        return (self.budget_nano_usd is None
+                or self.spent_nano_usd + self.reserved_nano_usd + max_cost_nano_usd <= self.budget_nano_usd)
 
 
 @dataclass(frozen=True, kw_only=True)
