@@ -115,6 +115,24 @@ class ApiKey:
     spent_nano_usd: int
     created_at: int
     revoked_at: int | None
+    hard_budget: bool = False  # a create reserves the batch's maximum cost against what is left (store/budgets.py)
+    reserved_nano_usd: int = 0  # held by its batches that have not ended
+
+    def has_hard_budget(self) -> bool:
+        """Whether its creates reserve their maximum cost: it has the flag and a budget to reserve from."""
+        return self.hard_budget and self.budget_nano_usd is not None
+
+    def budget_left(self) -> int | None:
+        """What it may still spend or reserve, in nano-USD (never below 0); None without a budget."""
+        if self.budget_nano_usd is None:
+            return None
+        return max(0, self.budget_nano_usd - self.spent_nano_usd - self.reserved_nano_usd)
+
+    def fits(self, max_cost_nano_usd: int) -> bool:
+        """The rule of a hard budget: spent + reserved + a batch's maximum cost stays within the budget
+        (``store/budgets.py``'s ``reserve`` says the same in SQL)."""
+        return (self.budget_nano_usd is None
+                or self.spent_nano_usd + self.reserved_nano_usd + max_cost_nano_usd <= self.budget_nano_usd)
 
 
 @dataclass(frozen=True, kw_only=True)

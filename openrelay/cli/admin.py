@@ -32,6 +32,8 @@ app.add_typer(org_app, name="org")
 app.add_typer(key_app, name="key")
 
 _state: dict[str, Any] = {}
+_HARD_HELP = ("Hard budget: a create reserves the batch's maximum cost (the dry run's max_cost_nano_usd) and is "
+              "refused with 402 when it does not fit in what is left.")
 
 
 @app.callback()
@@ -76,11 +78,17 @@ def _fail(exc: OpenRelayError) -> None:
 
 
 def _key_view(key: ApiKey) -> dict[str, Any]:
+    left = key.budget_left()
     return {"id": key.id, "org_id": key.org_id, "prefix": key.prefix, "scopes": sorted(key.scopes),
-            "budget_usd": None if key.budget_nano_usd is None else float(Decimal(key.budget_nano_usd) / 10**9),
-            "spent_usd": float(Decimal(key.spent_nano_usd) / 10**9), "budget_nano_usd": key.budget_nano_usd,
-            "spent_nano_usd": key.spent_nano_usd, "created_at": key.created_at,
+            "budget_usd": _usd(key.budget_nano_usd), "hard_budget": key.hard_budget,
+            "spent_usd": _usd(key.spent_nano_usd), "reserved_usd": _usd(key.reserved_nano_usd),
+            "left_usd": _usd(left), "budget_nano_usd": key.budget_nano_usd, "spent_nano_usd": key.spent_nano_usd,
+            "reserved_nano_usd": key.reserved_nano_usd, "left_nano_usd": left, "created_at": key.created_at,
             "revoked_at": key.revoked_at}
+
+
+def _usd(nano: int | None) -> float | None:
+    return None if nano is None else float(Decimal(nano) / 10**9)
 
 
 @org_app.command("create")
@@ -116,14 +124,17 @@ def key_create(
     org: Annotated[str, typer.Option(help="Organization name.")],
     scopes: Annotated[str, typer.Option(help="Comma-separated scopes.")] = ",".join(ALL_SCOPES),
     budget_usd: Annotated[float | None, typer.Option(help="Spend budget in USD.")] = None,
+    hard_budget: Annotated[bool, typer.Option("--hard-budget", help=_HARD_HELP)] = False,
 ) -> None:
     """Create a key; prints only the new secret on stdout (it is shown once)."""
+    if hard_budget and budget_usd is None:
+        raise typer.BadParameter("--hard-budget needs --budget-usd: a hard budget is a budget")
     try:
         accounts = _accounts()
         budget = None if budget_usd is None else _nano_usd(str(budget_usd))
         _key, secret = accounts.create_key(accounts.org_by_name(org).id,
                                            scopes=tuple(s.strip() for s in scopes.split(",") if s.strip()),
-                                           budget_nano_usd=budget)
+                                           budget_nano_usd=budget, hard_budget=hard_budget)
     except OpenRelayError as exc:
         _fail(exc)
     typer.echo(secret)
@@ -131,7 +142,7 @@ def key_create(
 
 @key_app.command("show")
 def key_show(key_id: str) -> None:
-    """One key: scopes, budget and what it has spent so far."""
+    """One key: scopes, budget, what it has spent, what its running batches reserved, and what is left."""
     try:
         _print(_key_view(_accounts().key(key_id)))
     except OpenRelayError as exc:
@@ -141,12 +152,22 @@ def key_show(key_id: str) -> None:
 @key_app.command("set-budget")
 def key_set_budget(
     key_id: str,
-    budget_usd: Annotated[str, typer.Option(help="Spend budget in USD, or 'none' for no limit.")],
+    budget_usd: Annotated[str | None, typer.Option(help="Spend budget in USD, or 'none' for no limit.")] = None,
+    hard_budget: Annotated[bool | None, typer.Option("--hard-budget/--no-hard-budget", help=_HARD_HELP +
+                                                     " --no-hard-budget: back to the default rule.")] = None,
 ) -> None:
-    """Replace a key's spend budget; its spend so far is kept."""
-    budget = None if budget_usd.strip().lower() == "none" else _nano_usd(budget_usd)
+    """Replace a key's spend budget, or make it hard or not; its spend so far is kept."""
+    if budget_usd is None and hard_budget is None:
+        raise typer.BadParameter("give --budget-usd, --hard-budget or --no-hard-budget")
+    budget = None if budget_usd is None or budget_usd.strip().lower() == "none" else _nano_usd(budget_usd)
+    if hard_budget and budget_usd is not None and budget is None:
+        raise typer.BadParameter("--hard-budget needs a budget, not 'none'")
     try:
-        _print(_key_view(_accounts().set_budget(key_id, budget)))
+        accounts = _accounts()
+        if budget_usd is None:
+            _print(_key_view(accounts.set_hard_budget(key_id, bool(hard_budget))))
+        else:
+            _print(_key_view(accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
     except OpenRelayError as exc:
         _fail(exc)
 

@@ -118,6 +118,7 @@ def require(key: ApiKey, *scopes: str) -> None:
 
 
 def require_budget(key: ApiKey) -> None:
-    """Only "used up" is checked: one batch may pass what is left of a budget."""
+    """Only "used up" is checked: one batch may pass what is left of a budget. A hard budget's reservation comes
+    later in the create, once its maximum cost is known (``store/budgets.py``)."""
     if key.budget_nano_usd is not None and key.spent_nano_usd >= key.budget_nano_usd:
         raise BudgetExceeded("this key's spend budget is used up")

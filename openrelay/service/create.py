@@ -14,11 +14,12 @@ import orjson
 from ..blobs.base import BlobStore
 from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import Catalog
-from ..errors import Conflict, InvalidRequest, NoValidRecords, StoreError
+from ..errors import BudgetExceeded, Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..failure_threshold import FailureThreshold, parse_failure_threshold
 from ..ids import new_batch_id, new_file_id, now, now_ns
 from ..prefix import PROMPT_FIELDS
 from ..runtime import Runtime
+from ..store.budgets import over_budget
 from ..store.files import Files
 from ..store.idempotency import Claim, Stored
 from ..types import ApiKey, Batch, BatchStatus, Priority, Rejection, Scope, unknown_progress
@@ -74,7 +75,8 @@ def _check_idempotency_key(value: str) -> str:
 
 
 def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None) -> bytes:
-    """Steps 4 to 8 of docs/api-contract.md §3."""
+    """Steps 4 to 8 of docs/api-contract.md §3; a key with a hard budget (``store/budgets.py``) also has the
+    batch's maximum cost reserved after step 7, or 402."""
     priority = body.get("priority", Priority.STANDARD.value)
     if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")
@@ -104,12 +106,17 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     if result.accepted == 0:
         _refuse_no_valid_records(rt.files, rt.blobs, key, result, store=not dry_run,
                                  hint=_not_jsonl_hint(source) if blob_key else "")
+    found, max_cost = None, 0
+    if dry_run or key.has_hard_budget():
+        found = estimate(rt.catalog, source=source, result=result, endpoint=endpoint, priority=priority)
+        max_cost = found["max_cost_nano_usd"]
+        if key.has_hard_budget() and not key.fits(max_cost):  # the key as read now; the create's transaction rechecks
+            raise over_budget(key, max_cost)
     if dry_run:  # every check done: answer as the create would, making and storing nothing
         batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id="",
                            endpoint=endpoint, priority=priority, metadata=metadata, input_file_id="", blob_key="",
                            rejections_file_id=None, threshold=threshold)
-        return _dry_run_answer(rt.catalog, batch, result, source,
-                               input_file_id=None if blob_key == "" else input_file_id)
+        return _dry_run_answer(batch, result, found, input_file_id=None if blob_key == "" else input_file_id)
     if not blob_key:
         blob_key = file_key(input_file_id)
         size = _store_inline(rt.blobs, blob_key, body["requests"])
@@ -125,7 +132,14 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
                        endpoint=endpoint, priority=priority, metadata=metadata, input_file_id=input_file_id,
                        blob_key=blob_key, rejections_file_id=rejections_file_id, threshold=threshold)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
-    rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer)
+    try:
+        rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer,
+                          reserve_for=key if key.has_hard_budget() else None, max_cost_nano_usd=max_cost)
+    except BudgetExceeded:  # concurrent creates reserved what was left first: the blobs stored for this one go
+        for written in [f["blob_key"] for f in new_files] + [dispatch_order_key(batch_id)]:
+            with contextlib.suppress(StoreError):  # the 402 is the answer; a blob left behind names no file
+                rt.blobs.delete(written)
+        raise
     return raw_answer
 
 
@@ -156,13 +170,12 @@ def _answer(batch: Batch, result: ScanResult, progress: dict[str, Any]) -> dict[
     return answer
 
 
-def _dry_run_answer(catalog: Catalog, batch: Batch, result: ScanResult, source: Callable[[], Iterable[Any]], *,
+def _dry_run_answer(batch: Batch, result: ScanResult, found: dict[str, Any] | None, *,
                     input_file_id: str | None) -> bytes:
     """The create's 200 as it would have been, for a batch that is not made: ``"id": null``, ``"dry_run": true``
-    and ``openrelay.estimate`` (``service/estimate.py``). ``input_file_id`` is None for inline requests and
-    ``rejected_records_file_id`` null: no file is stored for either."""
-    progress = {**unknown_progress(), "estimate": estimate(catalog, source=source, result=result,
-                                                           endpoint=batch.endpoint, priority=batch.priority)}
+    and ``openrelay.estimate`` (``found``, ``service/estimate.py``). ``input_file_id`` is None for inline requests
+    and ``rejected_records_file_id`` null: no file is stored for either."""
+    progress = {**unknown_progress(), "estimate": found}
     answer = _answer(batch, result, progress)
     answer["id"] = None
     answer["input_file_id"] = input_file_id

@@ -14,12 +14,13 @@ from ..catalog import Catalog, ModelSpec
 from ..engines.counting import counter_for
 from ..validation.scan import Blocks, ScanResult
 
-__all__ = ["DEFAULT_MAX_TOKENS", "default_max_tokens", "output_limit", "estimate"]
+__all__ = ["DEFAULT_MAX_TOKENS", "MOST_COUNTED", "default_max_tokens", "output_limit", "estimate"]
 
 DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
 _LLAMA_MAX_TOKENS = 256  # engines/llama_local.py's default for an engine without max_tokens
 _LLAMA_N_CTX = 2048
 _BYTES_PER_TOKEN = 4  # the approximate rule's (engines.counting)
+MOST_COUNTED = 2**63 - 1  # what a sum past the 64-bit integers of JSON and the store reads as
 
 _decode = msgspec.json.Decoder().decode
 
@@ -77,4 +78,7 @@ def estimate(catalog: Catalog, *, source: Callable[[], Blocks], result: ScanResu
             found["min_cost_nano_usd"] += price.cost(counted.tokens, 0)
             found["max_cost_nano_usd"] += price.cost(counted.tokens, limit)
     found["tokens_counted"] = "exact" if exact else "approximate"
+    for name, value in found.items():  # a record may ask for any max_tokens; JSON and the store count in 64 bits
+        if isinstance(value, int) and value > MOST_COUNTED:
+            found[name] = MOST_COUNTED
     return found

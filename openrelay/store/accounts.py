@@ -29,7 +29,8 @@ def _org(row: Row) -> Organization:
 def _key(row: Row) -> ApiKey:
     return ApiKey(id=row.id, org_id=row.org_id, prefix=row.prefix, scopes=frozenset(row.scopes.split(",")),
                   budget_nano_usd=row.budget_nano_usd, spent_nano_usd=row.spent_nano_usd,
-                  created_at=row.created_at, revoked_at=row.revoked_at)
+                  created_at=row.created_at, revoked_at=row.revoked_at, hard_budget=bool(row.hard_budget),
+                  reserved_nano_usd=row.reserved_nano_usd)
 
 
 class Accounts:
@@ -73,8 +74,9 @@ class Accounts:
         return self.org_by_name(name)
 
     def create_key(self, org_id: str, *, scopes: tuple[str, ...] = ALL_SCOPES,
-                   budget_nano_usd: int | None = None) -> tuple[ApiKey, str]:
-        """A new key; the secret is returned once and only its hash is kept."""
+                   budget_nano_usd: int | None = None, hard_budget: bool = False) -> tuple[ApiKey, str]:
+        """A new key; the secret is returned once and only its hash is kept. ``hard_budget``: its creates reserve
+        their maximum cost (store/budgets.py)."""
         unknown = set(scopes) - set(ALL_SCOPES)
         if unknown or not scopes:
             raise Conflict(f"unknown scopes: {', '.join(sorted(unknown)) or '(none given)'}", code="bad_scopes")
@@ -84,6 +86,7 @@ class Accounts:
             conn.execute(api_keys.insert().values(
                 id=key_id, org_id=org_id, key_hash=hash_key(secret), prefix=secret[:12],
                 scopes=",".join(scopes), budget_nano_usd=budget_nano_usd, spent_nano_usd=0, created_at=now(),
+                hard_budget=hard_budget, reserved_nano_usd=0,
             ))
         return self.key(key_id), secret
 
@@ -109,11 +112,21 @@ class Accounts:
             self.key(key_id)  # raises NotFound for an unknown id; otherwise it was already revoked
         return self.key(key_id)
 
-    def set_budget(self, key_id: str, budget_nano_usd: int | None) -> ApiKey:
-        """Replace a key's spend budget (None: unlimited). What it spent so far stays."""
+    def set_budget(self, key_id: str, budget_nano_usd: int | None, *, hard_budget: bool | None = None) -> ApiKey:
+        """Replace a key's spend budget (None: unlimited), and make it hard or not when ``hard_budget`` says. What
+        it spent and what its running batches reserved stay."""
+        values: dict[str, object] = {"budget_nano_usd": budget_nano_usd}
+        if hard_budget is not None:
+            values["hard_budget"] = hard_budget
+        return self._set(key_id, values)
+
+    def set_hard_budget(self, key_id: str, hard_budget: bool) -> ApiKey:
+        """Make a key's budget hard (its creates reserve their maximum cost) or not, keeping the budget."""
+        return self._set(key_id, {"hard_budget": hard_budget})
+
+    def _set(self, key_id: str, values: dict[str, object]) -> ApiKey:
         with self.db.write() as conn:
-            done = conn.execute(api_keys.update().where(api_keys.c.id == key_id)
-                                .values(budget_nano_usd=budget_nano_usd))
+            done = conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(**values))
         if done.rowcount == 0:
             raise NotFound(f"no key {key_id!r}")
         return self.key(key_id)

@@ -11,8 +11,9 @@ import sqlalchemy as sa
 
 from ..errors import Conflict, no_such
 from ..ids import now
-from ..types import CANCELLABLE_VALUES, Batch, BatchStatus
+from ..types import CANCELLABLE_VALUES, ApiKey, Batch, BatchStatus
 from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
+from .budgets import reserve
 from .compiled import AllRows, CompiledRead, FirstRow, Plan, run_plan
 from .db import holds_nul
 from .files import insert_file
@@ -57,13 +58,18 @@ class Batches(BatchLeases):
     (``store/leases.py``), so the one store object serves both."""
 
     def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]], *,
-               claim: Claim | None = None, answer: bytes = b"") -> None:
+               claim: Claim | None = None, answer: bytes = b"", reserve_for: ApiKey | None = None,
+               max_cost_nano_usd: int = 0) -> None:
         """The batch, the files made for it (inline input, rejections) and, under an Idempotency-Key, the stored
-        ``answer`` appear together or not at all."""
+        ``answer`` appear together or not at all. ``reserve_for``: the key with a hard budget whose reservation of
+        ``max_cost_nano_usd`` is taken in the same transaction, or nothing is made (402, ``store/budgets.py``)."""
         with self.db.write() as conn:
+            if reserve_for is not None:
+                reserve(conn, reserve_for, max_cost_nano_usd)
             for values in new_files:
                 insert_file(conn, **values)
-            conn.execute(batches.insert().values(**batch_values(batch, created_ns)))
+            conn.execute(batches.insert().values(**batch_values(batch, created_ns),
+                                                 reserved_nano_usd=max_cost_nano_usd if reserve_for else 0))
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
             if claim is not None:

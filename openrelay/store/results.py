@@ -1,8 +1,9 @@
 """Durable progress of running batches: chunks of settled records, and the finalizing of a batch.
 
 A chunk's result lines are written to blobs first; the chunk row, the batch's counters and usage, and the key's
-spend are then committed in one transaction, fenced by the worker's lease. So a record is counted and billed
-exactly when its line became durable, and a worker that lost its lease cannot add anything.
+spend and hard-budget reservation (store/budgets.py) are then committed in one transaction, fenced by the worker's
+lease. So a record is counted and billed exactly when its line became durable, and a worker that lost its lease
+cannot add anything.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from sqlalchemy.engine import Connection
 from ..errors import StoreError
 from ..ids import now
 from ..types import BatchStatus
+from .budgets import release, settle
 from .db import Database
 from .files import insert_file
-from .schema import api_keys, batch_chunks, batches
+from .schema import batch_chunks, batches
 from .throughput import add_flush
 from .webhook_outbox import enqueue_batch_event
 
@@ -87,8 +89,9 @@ class Results:
                 if tuple(landed) == (chunk.out_key, chunk.err_key):
                     return
                 raise LeaseLost(f"batch {batch_id}: chunk {chunk.seq} was written by another run")
-            window = conn.execute(sa.select(batches.c.throughput_window)
-                                  .where(batches.c.id == batch_id)).scalar()
+            row = conn.execute(sa.select(batches.c.throughput_window, batches.c.reserved_nano_usd)
+                               .where(batches.c.id == batch_id)).first()
+            window, reserved = (None, 0) if row is None else row  # no row: the fenced update below says LeaseLost
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.lease_owner == worker_id,
             ).values(
@@ -111,9 +114,7 @@ class Results:
                 cost_nano_usd=chunk.cost_nano_usd, created_at=now(), out_bytes=chunk.out_bytes,
                 err_bytes=chunk.err_bytes, cached_tokens=chunk.cached_tokens, reasoning_tokens=chunk.reasoning_tokens,
             ))
-            if chunk.cost_nano_usd:
-                conn.execute(api_keys.update().where(api_keys.c.id == key_id)
-                             .values(spent_nano_usd=api_keys.c.spent_nano_usd + chunk.cost_nano_usd))
+            settle(conn, batch_id=batch_id, key_id=key_id, reserved=reserved, cost_nano_usd=chunk.cost_nano_usd)
 
     def finalize(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
                  error: ResultFile | None, org_id: str, unrun: int | None,
@@ -126,12 +127,15 @@ class Results:
         """
         stamp = now()
         with self.db.write() as conn:
-            current = conn.execute(sa.select(batches.c.status).where(batches.c.id == batch_id)).scalar_one()
+            current, key_id, reserved = conn.execute(
+                sa.select(batches.c.status, batches.c.key_id, batches.c.reserved_nano_usd)
+                .where(batches.c.id == batch_id)).one()
             if status is BatchStatus.COMPLETED and current == BatchStatus.CANCELLING.value:
                 # Cancelled while finalizing: every record ran, but the user asked to cancel; say so.
                 status = BatchStatus.CANCELLED
             self._finalize(conn, batch_id, worker_id, status=status, output=output, error=error, org_id=org_id,
                            unrun=unrun, errors=errors, stamp=stamp)
+            release(conn, batch_id=batch_id, key_id=key_id, reserved=reserved)  # after the lease's fence
 
     def _finalize(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
                   output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,

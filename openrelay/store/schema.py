@@ -42,6 +42,8 @@ api_keys = Table(
     Column("scopes", String(200), nullable=False),  # comma-separated
     Column("budget_nano_usd", BigInteger, nullable=True),
     Column("spent_nano_usd", BigInteger, nullable=False, default=0),
+    Column("hard_budget", Boolean, nullable=False, default=False),  # creates reserve their maximum cost (0016)
+    Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # what its running batches still hold
     Column("created_at", BigInteger, nullable=False),
     Column("revoked_at", BigInteger, nullable=True),
 )
@@ -105,6 +107,7 @@ batches = Table(
     Column("retry_at", Float),  # a failed run's batch waits until then before a worker takes it again
     Column("throughput_window", Text),  # the last minute's flushes, per second (store/throughput.py); JSON or null
     Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
+    Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # of its key's hard budget (0016)
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
     Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.

@@ -101,7 +101,7 @@ def dashboard_route(rt: Runtime, *, write: OrgWrites | None = None,
 
 
 def error_page(exc: OpenRelayError, signed: SignedInSession | None) -> HTMLResponse:
-    titles = {400: "Refused", 403: "Not allowed", 404: "Not found", 409: "Conflict", 402: "Budget used up"}
+    titles = {400: "Refused", 403: "Not allowed", 404: "Not found", 409: "Conflict", 402: "Over budget"}
     message = exc.message if exc.status != 404 else "There is no such batch or file in your organization."
     return render("error.html", exc.status, signed=signed, title=titles.get(exc.status, "Error"),
                   message=message if exc.status < 500 else exc.envelope()["error"]["message"], code=exc.code)
