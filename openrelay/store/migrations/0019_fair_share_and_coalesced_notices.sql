@@ -9,3 +9,11 @@ CREATE TABLE model_shares (
     batches_started BIGINT NOT NULL,
     PRIMARY KEY (model, org_id)
 );
+
+-- Coalesced change notices (openrelay/store/notices.py): when each organization's changes were last announced on
+-- PostgreSQL. The trigger function and its deferred triggers are made by this version's hook
+-- (coalesce_change_notices): function bodies hold semicolons. SQLite sends no notices and never writes it.
+CREATE TABLE org_notices (
+    org_id VARCHAR(40) NOT NULL PRIMARY KEY REFERENCES organizations (id),
+    notified_at DOUBLE PRECISION NOT NULL
+);
