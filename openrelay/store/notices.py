@@ -17,6 +17,7 @@ CHANNEL = "openrelay_batches"
 # commit and by each listener when it connects; 0 notifies every commit.
 SPACING_SETTING = "openrelay.notice_seconds"
 DEFAULT_SPACING_SECONDS = 0.1
+_SEEN = "openrelay.notice_"  # + an organization's id: a session's own record of that organization's last notice
 
 
 def hot_seconds(spacing: float) -> float:
@@ -49,32 +50,51 @@ def create_change_trigger(conn: Connection) -> None:
 def coalesce_change_notices(conn: Connection) -> None:
     """Migration 0019: the same changes, announced at most once per organization per spacing. ``org_notices``
     holds when each organization was last announced; a change announces (and moves that time) only when it is at
-    least the spacing past it. The triggers are deferred to the commit, so the time compared is the commit's and a
-    long transaction cannot hide a change behind an old notice. A listener that hears a notice treats its
-    organization as changing for ``hot_seconds`` after it (``ReadCache``)."""
+    least the spacing past it. Each session also keeps the last notice it knows of per organization (a custom
+    setting, one per organization it wrote), so a commit within the spacing of it reads no row at all. The
+    triggers are deferred to the commit, so the time compared is the commit's, and a long transaction cannot hide
+    a change behind an old notice. A listener that hears a notice treats its organization as changing for
+    ``hot_seconds`` after it (``ReadCache``)."""
     if conn.dialect.name != "postgresql":
         return
     conn.exec_driver_sql(
         "CREATE OR REPLACE FUNCTION openrelay_announce(org text, stamp double precision, spacing double precision) "
         "RETURNS void LANGUAGE plpgsql AS $$ "
+        "DECLARE last double precision; seen text; "
         "BEGIN "
+        # The session remembers the last notice it knows of (a setting: undone with its transaction if that
+        # aborts), so most commits of a busy organization read nothing; then the table, shared by every session.
+        f"seen := current_setting('{_SEEN}' || org, true); "
+        "IF seen <> '' AND seen::double precision > stamp - spacing THEN RETURN; END IF; "
+        "SELECT notified_at INTO last FROM org_notices WHERE org_id = org; "
+        "IF NOT FOUND OR last <= stamp - spacing THEN "
+        "IF FOUND THEN "
         "UPDATE org_notices SET notified_at = stamp WHERE org_id = org AND notified_at <= stamp - spacing; "
-        "IF NOT FOUND THEN "
+        "ELSE "
         "INSERT INTO org_notices (org_id, notified_at) VALUES (org, stamp) ON CONFLICT DO NOTHING; "
-        "IF NOT FOUND THEN RETURN; END IF; "  # announced less than the spacing ago
         "END IF; "
+        "IF FOUND THEN "
         f"PERFORM pg_notify('{CHANNEL}', org); "
+        "last := stamp; "
+        "ELSE "  # another session announced it meanwhile
+        "SELECT notified_at INTO last FROM org_notices WHERE org_id = org; "
+        "END IF; "
+        "END IF; "
+        f"PERFORM set_config('{_SEEN}' || org, last::text, false); "
         "END $$")
     conn.exec_driver_sql(
         "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        "DECLARE stamp double precision; spacing double precision; "
+        "DECLARE stamp double precision; spacing double precision; org text; seen text; "
         "BEGIN "
         "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
         "stamp := extract(epoch FROM clock_timestamp()); "
         f"spacing := coalesce(nullif(current_setting('{SPACING_SETTING}', true), '')::double precision, "
         f"{DEFAULT_SPACING_SECONDS}); "
-        "IF TG_OP = 'DELETE' THEN PERFORM openrelay_announce(OLD.org_id, stamp, spacing); "
-        "ELSE PERFORM openrelay_announce(NEW.org_id, stamp, spacing); END IF; "
+        "IF TG_OP = 'DELETE' THEN org := OLD.org_id; ELSE org := NEW.org_id; END IF; "
+        # The session's own record first, here: a call of openrelay_announce is a query of its own.
+        f"seen := current_setting('{_SEEN}' || org, true); "
+        "IF seen IS NULL OR seen = '' OR seen::double precision <= stamp - spacing THEN "
+        "PERFORM openrelay_announce(org, stamp, spacing); END IF; "
         "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
         "PERFORM openrelay_announce(OLD.org_id, stamp, spacing); END IF; "
         "RETURN NULL; END $$")
