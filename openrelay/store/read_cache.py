@@ -1,5 +1,6 @@
 """Poll answers kept in memory while PostgreSQL says nothing they read has changed: a trigger NOTIFYs each
-organization's writes, one LISTEN per process bumps its generation, and a write of this process forgets its
+organization's writes (coalesced: ``store/notices.py``), one LISTEN per process bumps its generation and, for
+``hot_seconds`` after a notice, keeps that organization's rows only until then; a write of this process forgets its
 organization's reads at once (``http/writes.OrgWrites``, told by ``api/context.py``). Bounded to 16 MiB of rows.
 How it stays correct across processes and outages: docs/design.md, "The poll read cache"."""
 
