@@ -1,12 +1,14 @@
-"""What the change notices of the read cache cost writers on PostgreSQL (migration 0010's trigger).
+"""What the change notices of the read cache cost writers on PostgreSQL (migrations 0010 and 0019's triggers).
 
-    .venv/bin/python bench/bench_notices.py [--connections 8] [--updates 1500] [--rounds 2]
+    .venv/bin/python bench/bench_notices.py [--connections 8 32] [--orgs 1] [--updates 1500] [--rounds 2]
 
 On a fresh database of the test PostgreSQL server (``OPENRELAY_TEST_PG``, dropped afterwards), with one session
 LISTENing as an API process's would: ``--connections`` connections each commit ``--updates`` one-row updates of
-their own batch (autocommit, ``synchronous_commit`` on), first with the trigger, then with it disabled, each
-round. Two kinds of update: one a poll can see (``completed = completed + 1``, as a chunk's commit does), which
-notifies, and a lease renewal (a heartbeat), which the trigger's ``WHEN`` skips. Prints commits/s of each.
+their own batch (autocommit, ``synchronous_commit`` on), the batches spread over ``--orgs`` organizations, each
+round in three modes: notices coalesced (``openrelay.notice_seconds`` at its default, 0.1 s), a notice at every
+commit (``notice_seconds`` 0, as before migration 0019) and the trigger disabled. Two kinds of update: one a poll
+can see (``completed = completed + 1``, as a chunk's commit does), which notifies, and a lease renewal (a
+heartbeat), which the trigger's ``WHEN`` skips. Prints commits/s of each, and the notices the listener heard.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.notices import SPACING_SETTING  # noqa: E402
 from tests.support.server import create_pg_database, drop_pg_database  # noqa: E402
 
 UPDATES = {
@@ -32,9 +35,18 @@ UPDATES = {
 }
 
 
-def commits_per_second(url: str, sql: str, connections: int, updates: int) -> float:
+MODES = {  # mode: (the triggers enabled, openrelay.notice_seconds of the writers' sessions)
+    "coalesced": (True, None),
+    "every commit": (True, "0"),
+    "trigger disabled": (False, None),
+}
+
+
+def commits_per_second(url: str, sql: str, connections: int, updates: int, notice_seconds: str | None) -> float:
     def work(i: int) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
+            if notice_seconds is not None:
+                conn.execute(f"SET {SPACING_SETTING} = '{notice_seconds}'")
             for _ in range(updates):
                 conn.execute(sql, (f"bench-{i}",))
 
@@ -49,7 +61,8 @@ def commits_per_second(url: str, sql: str, connections: int, updates: int) -> fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--connections", type=int, nargs="+", default=[8])
+    parser.add_argument("--orgs", type=int, default=1, help="organizations the batches are spread over")
     parser.add_argument("--updates", type=int, default=1500, help="commits per connection and case")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
@@ -58,11 +71,12 @@ def main() -> None:
         db = Database(url)
         db.migrate()
         accounts = Accounts(db)
-        org = accounts.create_org("bench")
-        key, _secret = accounts.create_key(org.id)
+        orgs = [accounts.create_org(f"bench-{n}") for n in range(args.orgs)]
+        keys = [accounts.create_key(org.id)[0] for org in orgs]
         db.dispose()
         with psycopg.connect(url, autocommit=True) as conn:
-            for i in range(args.connections):
+            for i in range(max(args.connections)):
+                org, key = orgs[i % args.orgs], keys[i % args.orgs]
                 conn.execute(
                     "INSERT INTO batches (id, org_id, key_id, endpoint, input_file_id, input_blob_key, "
                     "completion_window, priority, status, model, created_at, created_ns, expires_at, total, "
@@ -72,13 +86,16 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url, autocommit=True) as admin:
             listener.execute("LISTEN openrelay_batches")
             for n in range(1, args.rounds + 1):
-                for trigger in ("ENABLE", "DISABLE"):
-                    admin.execute(f"ALTER TABLE batches {trigger} TRIGGER USER")
-                    for label, sql in UPDATES.items():
-                        rate = commits_per_second(url, sql, args.connections, args.updates)
-                        print(f"round {n}, trigger {trigger.lower()}d: {label}: {rate:,.0f} commits/s")
-                    for _ in listener.notifies(timeout=0.5):
-                        pass  # let the queue go
+                for connections in args.connections:
+                    for mode, (enabled, notice_seconds) in MODES.items():
+                        admin.execute(f"ALTER TABLE batches {'ENABLE' if enabled else 'DISABLE'} TRIGGER USER")
+                        for label, sql in UPDATES.items():
+                            rate = commits_per_second(url, sql, connections, args.updates, notice_seconds)
+                            heard = 0
+                            while got := sum(1 for _ in listener.notifies(timeout=0.5)):
+                                heard += got
+                            print(f"round {n}, {connections} connections, {mode}: {label}: {rate:,.0f} commits/s "
+                                  f"({heard} notices heard)", flush=True)
     finally:
         drop_pg_database(url)
 

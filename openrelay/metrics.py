@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY, Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "ENGINE_CONCURRENCY_LIMIT",
@@ -35,13 +36,14 @@ POLL_READS = Counter("openrelay_poll_reads_total", "Reads of polls (a batch, a p
 
 
 class _QueueDepths(Collector):
-    """Batches queued and running per model, read from the store at scrape time: the store is shared by every
-    worker, so this is the fleet's view, not one process's."""
+    """Batches queued and running per model, and each organization's share of them, read from the store at scrape
+    time: the store is shared by every worker, so this is the fleet's view, not one process's."""
 
-    def __init__(self, depths: Callable[[], dict[str, tuple[int, int]]]) -> None:
+    def __init__(self, depths: Callable[[], dict[str, tuple[int, int]]], shares: Callable[[], list[Any]]) -> None:
         self.depths = depths
+        self.shares = shares
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         queued = GaugeMetricFamily("openrelay_batches_queued", "Batches waiting for a slot of their model.",
                                    labels=["model"])
         running = GaugeMetricFamily("openrelay_batches_in_progress", "Batches started and not yet finalizing, "
@@ -56,14 +58,42 @@ class _QueueDepths(Collector):
             running.add_metric([model], started)
         yield queued
         yield running
+        yield from self._shares()
+
+    def _shares(self) -> Iterator[Metric]:
+        """Fair share (store/fair_share.py): per model and organization (its name), across all workers."""
+        labels = ["model", "organization"]
+        running = GaugeMetricFamily("openrelay_org_batches_running", "Batches of the model the organization has "
+                                    "running now: its share of the model's slots.", labels=labels)
+        queued = GaugeMetricFamily("openrelay_org_batches_queued", "Batches of the model the organization has "
+                                   "waiting for a slot.", labels=labels)
+        started = CounterMetricFamily("openrelay_org_batches_started", "Queued batches of the model the "
+                                      "organization had started (its turns).", labels=labels)
+        turn = GaugeMetricFamily("openrelay_org_last_start_timestamp_seconds", "When the organization's last "
+                                 "batch of the model started (its turn: the oldest goes first among equals).",
+                                 labels=labels)
+        try:
+            shares = self.shares()
+        except Exception:
+            log.exception("metrics: reading fair shares failed")
+            shares = []
+        for share in shares:
+            values = [share.model, share.organization]
+            running.add_metric(values, share.running)
+            queued.add_metric(values, share.queued)
+            started.add_metric(values, share.batches_started)
+            if share.last_started_at is not None:
+                turn.add_metric(values, share.last_started_at)
+        yield from (running, queued, started, turn)
 
 
 _registered: list[_QueueDepths] = []
 
 
-def register_queue_depths(depths: Callable[[], dict[str, tuple[int, int]]]) -> None:
-    """One store per process is what ``/metrics`` reports; a later app replaces an earlier one's."""
+def register_queue_depths(depths: Callable[[], dict[str, tuple[int, int]]], shares: Callable[[], list[Any]]) -> None:
+    """One store per process is what ``/metrics`` reports; a later app replaces an earlier one's. ``shares``: each
+    organization's share of each model (``store.fair_share.Share``)."""
     while _registered:
         REGISTRY.unregister(_registered.pop())
-    _registered.append(_QueueDepths(depths))
+    _registered.append(_QueueDepths(depths, shares))
     REGISTRY.register(_registered[-1])

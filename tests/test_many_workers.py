@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from unittest.mock import ANY
 
-from tests.support.batches import chat, create, get, results
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import http_client
+from tests.support.batches import chat, create, get, post_batch, results
 from tests.support.polling import wait_for
 from tests.support.server import Server
 from tests.support.workers import WorkerProcess
@@ -99,16 +103,20 @@ def test_one_of_three_workers_killed_mid_batch_its_batch_resumes_elsewhere_and_l
     assert sum(w.took(batch_id) for w in pool) == 2  # the killed worker, then exactly one other
 
 
+def _create_as(server: Server, key: str, name: str, hold: str) -> str:
+    """A batch of one record, held at the engine's gate ``hold``; its id."""
+    resp = post_batch(server, api_key=key, endpoint="/v1/chat/completions", completion_window="24h",
+                      requests=[chat(f"{name}-0", f"{name} #hold={hold}")])
+    assert resp.status_code == 200, resp.text
+    return resp.json()["id"]
+
+
 def test_queues_are_shared_fairly_between_organizations(make_server, engine, start_worker):
     server = _api_only(make_server, slots=2, concurrency=1)
     a_key, b_key = server.new_org_key(), server.new_org_key()
 
     def create_as(key: str, name: str) -> str:
-        resp = server.http("POST", "/batches", api_key=key, json={
-            "endpoint": "/v1/chat/completions", "completion_window": "24h",
-            "requests": [chat(f"{name}-0", f"{name} #hold=fair")]})
-        assert resp.status_code == 200, resp.text
-        return resp.json()["id"]
+        return _create_as(server, key, name, hold="fair")
 
     a_ids = [create_as(a_key, f"a{i}") for i in range(3)]
     b_id = create_as(b_key, "b0")  # the newest of the four, from the organization with nothing running
@@ -120,6 +128,64 @@ def test_queues_are_shared_fairly_between_organizations(make_server, engine, sta
     engine.release("fair")
     for bid, key in [*((i, a_key) for i in a_ids), (b_id, b_key)]:
         assert server.wait(bid, api_key=key)["status"] == "completed"
+
+
+def _shares(server: Server) -> dict[str, dict[str, float]]:
+    """``/metrics``' share of each organization (by name) of test/echo: {organization: {metric: value}}."""
+    text = http_client.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=30).text
+    shares: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("openrelay_org_") and sample.labels.get("model") == "test/echo":
+                shares.setdefault(sample.labels["organization"], {})[sample.name] = sample.value
+    return shares
+
+
+def test_one_slot_goes_round_the_organizations_by_their_turns(make_server, engine, start_worker):
+    """Issue 24's case: with one slot nobody runs when it frees, so "fewest running" ties and each organization's
+    turn (when its last batch of the model started) decides. A queues five batches; B and C one each while A's first
+    runs: B's and C's start before A's second, on two workers claiming at once."""
+    server = _api_only(make_server, slots=1, concurrency=1)
+    keys = {org: server.new_org_key(f"turns-{org}") for org in "abc"}
+    for _ in range(2):
+        start_worker(server)
+    names = [f"a{i}" for i in range(5)] + ["b0", "c0"]
+    ids = {name: _create_as(server, keys["a"], name, hold=f"turns-{name}") for name in names[:5]}
+    engine.wait_held("turns-a0")  # A's first holds the only slot; its other four wait
+    ids |= {name: _create_as(server, keys[name[0]], name, hold=f"turns-{name}") for name in names[5:]}
+    # The queue positions replay the same turns (a process reuses a model's queue briefly: poll until they agree).
+    expected = {"b0": 1, "c0": 2, "a1": 3, "a2": 4, "a3": 5, "a4": 6}
+    wait_for(lambda: {name: get(server, ids[name], keys[name[0]])["openrelay"]["queue_position"]
+                      for name in expected} == expected, f"the positions {expected}")
+
+    def the_one_started(left: set[str]) -> str | None:
+        gates = engine.gates()
+        waiting = [name for name in left if gates.get(f"turns-{name}", {}).get("waiting")]
+        assert len(waiting) <= 1, waiting  # one slot, one record per batch
+        return waiting[0] if waiting else None
+
+    order = ["a0"]
+    engine.release("turns-a0")
+    while len(order) < len(names):
+        order.append(wait_for(lambda: the_one_started(set(names) - set(order)), "the next batch to start"))
+        if order[-1] == "c0":  # every organization has had a turn; C holds the slot now
+            assert _shares(server) == {
+                "turns-a": {"openrelay_org_batches_running": 0, "openrelay_org_batches_queued": 4,
+                            "openrelay_org_batches_started_total": 1,
+                            "openrelay_org_last_start_timestamp_seconds": ANY},
+                "turns-b": {"openrelay_org_batches_running": 0, "openrelay_org_batches_queued": 0,
+                            "openrelay_org_batches_started_total": 1,
+                            "openrelay_org_last_start_timestamp_seconds": ANY},
+                "turns-c": {"openrelay_org_batches_running": 1, "openrelay_org_batches_queued": 0,
+                            "openrelay_org_batches_started_total": 1,
+                            "openrelay_org_last_start_timestamp_seconds": ANY}}
+            turns = {org: share["openrelay_org_last_start_timestamp_seconds"]
+                     for org, share in _shares(server).items()}
+            assert turns["turns-a"] < turns["turns-b"] < turns["turns-c"]
+        engine.release(f"turns-{order[-1]}")
+    assert order == ["a0", "b0", "c0", "a1", "a2", "a3", "a4"]
+    for name, batch_id in ids.items():
+        assert server.wait(batch_id, api_key=keys[name[0]])["status"] == "completed"
 
 
 def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(make_server, engine, start_worker):

@@ -214,6 +214,22 @@ def test_queue_order_replays_the_claims():
     assert queue_order(many)["late"] == 2
 
 
+def test_queue_order_goes_by_turns_when_the_running_counts_tie():
+    def live(batch_id: str, org: str, created: int, turn: float | None, **kwargs) -> LiveBatch:
+        return LiveBatch(id=batch_id, org_id=org, priority="standard", created_ns=created, started=False,
+                         status="in_progress", org_last_start=turn, **kwargs)
+
+    # Nothing runs (one slot, just freed): the organization whose last batch started longest ago goes first (one
+    # that never started one before all), then the oldest batch; each start sends its organization to the back.
+    rows = [live("a1", "A", 1, 300.0), live("a2", "A", 2, 300.0), live("a3", "A", 3, 300.0),
+            live("c1", "C", 5, 200.0), live("b1", "B", 4, None), live("b2", "B", 6, None)]
+    assert queue_order(rows) == {"b1": 1, "c1": 2, "a1": 3, "b2": 4, "a2": 5, "a3": 6}
+    # Fewer running still comes first: C's running batch outweighs its older turn.
+    running_c = LiveBatch(id="c0", org_id="C", priority="standard", created_ns=0, started=True, status="in_progress",
+                          org_last_start=200.0)
+    assert queue_order([running_c, live("c1", "C", 5, 200.0), live("a1", "A", 1, 300.0)]) == {"a1": 1, "c1": 2}
+
+
 def test_the_rolling_record_keeps_only_the_last_minute():
     window = None
     for second in range(1000, 1300):  # five minutes of flushes, several per second

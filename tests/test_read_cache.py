@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from openrelay.store import compiled
 from openrelay.store.accounts import Accounts
 from openrelay.store.compiled import CompiledRead, FirstRow, run_plan
 from openrelay.store.db import Database
+from openrelay.store.notices import SPACING_SETTING, hot_seconds
 from openrelay.store.read_cache import KeptRows, ReadCache
 from openrelay.store.schema import organizations
 from tests.support import http_client
@@ -29,11 +31,16 @@ from tests.support.batches import chat, create, wait_for
 from tests.support.server import PG_ADMIN_URL, TEST_CATALOG, Server, create_pg_database, drop_pg_database, free_port
 
 
-def _pair(tmp_path_factory: pytest.TempPathFactory, engine_url: str,
-          store: str) -> Iterator[tuple[Server, Server, str]]:
-    """(A, B, database name): two API processes on one database (A runs the worker), and a key both take."""
+def _pair(tmp_path_factory: pytest.TempPathFactory, engine_url: str, store: str,
+          notice_seconds: str | None = None) -> Iterator[tuple[Server, Server, str]]:
+    """(A, B, database name): two API processes on one database (A runs the worker), and a key both take.
+    ``notice_seconds``: the database's openrelay.notice_seconds, set before either starts."""
     if store == "postgres":
         url = create_pg_database()
+        if notice_seconds is not None:
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+                admin.execute(f"ALTER DATABASE \"{url.rsplit('/', 1)[1]}\" SET {SPACING_SETTING} = "
+                              f"'{notice_seconds}'")
     else:
         url = f"sqlite:///{tmp_path_factory.mktemp('cache-db') / 'openrelay.db'}"
     started: list[Server] = []
@@ -62,8 +69,10 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture
-def pg_pair(tmp_path_factory: pytest.TempPathFactory, engine_url: str) -> Iterator[tuple[Server, Server, str]]:
-    yield from _pair(tmp_path_factory, engine_url, "postgres")
+def pg_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            engine_url: str) -> Iterator[tuple[Server, Server, str]]:
+    """Parametrized indirectly, the database's openrelay.notice_seconds."""
+    yield from _pair(tmp_path_factory, engine_url, "postgres", getattr(request, "param", None))
 
 
 def _poll_reads(server: Server) -> dict[str, float]:
@@ -164,6 +173,7 @@ def test_the_cache_can_be_turned_off(make_server) -> None:
     assert reads.get("kept", 0) == 0, reads  # with the cache on, 19 of the 20 (tests above)
 
 
+@pytest.mark.parametrize("pg_pair", ["0"], indirect=True)  # every change notifies: none is coalesced
 def test_postgresql_announces_every_change_a_poll_can_show_and_no_heartbeat(
         pg_pair: tuple[Server, Server, str]) -> None:
     """The trigger (migration 0010): a batch's insert and every update a poll's answer can show send a notice with
@@ -197,6 +207,69 @@ def test_postgresql_announces_every_change_a_poll_can_show_and_no_heartbeat(
     assert not _listening(b)
     wait_for(lambda: "openrelay.notices is off" in b.log(), "B's listener to read the setting", timeout=30)
     assert not _listening(b)  # it has decided: nothing is kept
+
+
+@pytest.mark.parametrize("pg_pair", ["3"], indirect=True)
+def test_postgresql_coalesces_an_organizations_notices_and_polls_still_see_every_change(
+        pg_pair: tuple[Server, Server, str]) -> None:
+    """Migration 0019: a change within openrelay.notice_seconds (3 s here) of its organization's last notice sends
+    none, so most commits of a busy organization skip PostgreSQL's notify lock; a process that heard the last
+    notice keeps that organization's rows only until twice the spacing after it, so a poll still shows the silent
+    change by then. After the spacing, a change notifies again."""
+    a, b, database = pg_pair
+    batch_id = create(a, [chat("one", "hello")])["id"]
+    a.wait(batch_id)
+    a.stop()  # from here on only this test writes
+    wait_for(lambda: _listening(b), "B's cache listening", timeout=30)
+    listening_by = time.monotonic()
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+    with psycopg.connect(url, autocommit=True) as listener, psycopg.connect(url, autocommit=True) as writer:
+        listener.execute("LISTEN openrelay_batches")
+        org_id = writer.execute("SELECT org_id FROM batches WHERE id = %s", (batch_id,)).fetchone()[0]
+        writer.execute("UPDATE org_notices SET notified_at = 0 WHERE org_id = %s", (org_id,))  # long since
+
+        def change(n: int) -> None:
+            writer.execute("UPDATE batches SET metadata = %s WHERE id = %s", (f'{{"n": "{n}"}}', batch_id))
+            writer.execute("SELECT pg_notify('openrelay_batches', ' marker')")  # delivered in commit order
+
+        def kept_poll() -> tuple[dict[str, str], bool]:
+            """B's answer, and whether it came from kept rows."""
+            before = _poll_reads(b).get("kept", 0)
+            return _metadata(b, batch_id), _poll_reads(b).get("kept", 0) > before
+
+        def heard() -> list[str]:
+            """The notices up to the marker, but B's listener's probes."""
+            found = []
+            for notice in listener.notifies(timeout=10):
+                if not notice.payload.startswith(" probe "):
+                    found.append(notice.payload)
+                if notice.payload == " marker":
+                    return found
+            raise AssertionError(f"no marker within 10 s: {found}")
+
+        # A listener that starts cannot know which windows are open: for hot_seconds after it first heard (before
+        # `_listening` said so, on this machine's monotonic clock) it keeps rows only until then. Past that, B's
+        # kept rows stay good until a notice.
+        wait_for(lambda: time.monotonic() > listening_by + hot_seconds(3.0), "B's first window to close",
+                 timeout=15)
+
+        change(1)
+        assert heard() == [org_id, " marker"]
+
+        wait_for(lambda: kept_poll() == ({"n": "1"}, True), "B to keep what it read of the first change",
+                 timeout=10)
+        change(2)  # within the spacing: no notice; B's kept rows of n=1 are good only until the window ends
+        assert heard() == [" marker"]
+        wait_for(lambda: _metadata(b, batch_id) == {"n": "2"}, "the silent change seen by B", timeout=10)
+
+        def spacing_passed() -> bool:
+            return writer.execute("SELECT extract(epoch FROM clock_timestamp()) > notified_at + 3 FROM org_notices "
+                                  "WHERE org_id = %s", (org_id,)).fetchone()[0]
+
+        wait_for(spacing_passed, "the spacing since the last notice to pass", timeout=10)
+        change(3)
+        assert heard() == [org_id, " marker"]
+    wait_for(lambda: _metadata(b, batch_id) == {"n": "3"}, "the third change seen by B", timeout=10)
 
 
 def test_sqlite_kept_rows_do_not_outlive_the_reader_connection_they_were_read_on(tmp_path) -> None:

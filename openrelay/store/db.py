@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
-from .read_cache import create_change_trigger
+from .notices import coalesce_change_notices, create_change_trigger
 from .tags import backfill_batch_tags
 
 __all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
@@ -63,6 +63,7 @@ MIGRATIONS = _migration_files()
 BACKFILLS: dict[int, Callable[[Connection], None]] = {
     6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
     10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
+    19: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
 }
 
 

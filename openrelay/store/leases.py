@@ -13,6 +13,7 @@ from ..ids import now
 from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
+from .fair_share import Share, fair_order, read_shares, record_start
 from .schema import batches
 
 __all__ = ["BatchLeases"]
@@ -63,22 +64,26 @@ class BatchLeases:
                 batches.c.status.in_(CLAIMABLE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
                 sa.or_(*to_end, *([batches.c.started.is_(True)] if runs else [])),
             ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
+            queued = None
             if row is None and runs:
-                row = self._next_queued(conn, slots, clock)
+                row = queued = self._next_queued(conn, slots, clock)
             if row is None:
                 return None
             taken = conn.execute(batches.update().where(batches.c.id == row.id, free).values(
                 lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
             if taken.rowcount != 1:
                 return None  # another worker's claim won; the next tick looks again
+            if queued is not None:
+                record_start(conn, model=queued.model, org_id=queued.org_id, clock=clock, is_sqlite=self.db.is_sqlite)
             claimed = batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
             return claimed.claimed_at(clock, local)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
         """Per model with a free slot (counted over every worker, under the model's lock): expedited before
-        standard, always; within a tier, fair share: the organization with the fewest batches of this model
-        running goes first, then the oldest batch. One organization's hundred queued batches cannot hold back
-        another's one."""
+        standard, always; within a tier, fair share by recent service (``store/fair_share.py``): the organization
+        with the fewest batches of this model running, then the one whose last batch of it started longest ago,
+        then the oldest batch. One organization's hundred queued batches cannot hold back another's one, with one
+        slot or many."""
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
             running = conn.execute(sa.select(sa.func.count()).where(
@@ -86,14 +91,10 @@ class BatchLeases:
                 batches.c.status.in_(CLAIMABLE_VALUES))).scalar_one()
             if running >= model_slots:
                 continue
-            mine = batches.alias("running_of_org")
-            org_running = (sa.select(sa.func.count()).where(
-                mine.c.model == model, mine.c.org_id == batches.c.org_id, mine.c.started.is_(True),
-                mine.c.status.in_(CLAIMABLE_VALUES)).scalar_subquery())
-            row = conn.execute(sa.select(batches.c.id).where(
+            row = conn.execute(sa.select(batches.c.id, batches.c.model, batches.c.org_id).where(
                 batches.c.model == model, batches.c.started.is_(False),
                 batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),
-            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), org_running, batches.c.created_ns)
+            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), *fair_order(model))
               .limit(1)).first()
             if row is not None:
                 return row
@@ -109,6 +110,11 @@ class BatchLeases:
             for model, started, count in conn.execute(query).all():
                 depths.setdefault(model, [0, 0])[1 if started else 0] += count
         return {model: (queued, running) for model, (queued, running) in depths.items()}
+
+    def model_shares(self) -> list[Share]:
+        """Each organization's share of each model's slots, across every worker (``/metrics``)."""
+        with self.db.read() as conn:
+            return read_shares(conn)
 
     def renew_lease(self, batch_id: str, worker_id: str, lease_seconds: float) -> Batch | None:
         """Extend our lease and read the batch back; None when another worker holds it now."""

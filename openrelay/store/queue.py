@@ -3,15 +3,18 @@
 (The rates come from the batch's own row: ``store/throughput.py``.)
 
 A queued batch's position is where the next claims would take it (``BatchLeases._next_queued``,
-store/leases.py): per model, every queued expedited batch before any standard one; within a tier the
-organization with the fewest batches of the model running first, then the oldest batch. Each batch that starts
-adds one to its organization's count, so the claims go round the organizations; ``queue_order`` replays that
-from one read of the model's live batches (the ``(status, model)`` index). It assumes no running batch ends
-meanwhile: an end can only move a queued batch forward.
+store/leases.py): per model, every queued expedited batch before any standard one; within a tier, fair share
+(``store/fair_share.py``): the organization with the fewest batches of the model running, then the one whose turn
+(last start) is oldest, then the oldest batch. Each batch that starts adds one to its organization's count and
+sends its turn to the back, so the claims go round the organizations; ``queue_order`` replays that from one read
+of the model's live batches (the ``(status, model)`` index) with their organizations' turns. It assumes no running
+batch ends meanwhile: an end can only move a queued batch forward.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -20,7 +23,8 @@ import sqlalchemy as sa
 
 from ..types import CLAIMABLE_VALUES, BatchStatus, Priority
 from .compiled import AllRows, CompiledRead, Plan
-from .schema import batches
+from .fair_share import NEVER_STARTED
+from .schema import batches, model_shares
 
 __all__ = ["LiveBatch", "LiveState", "queue_order", "queue_plan"]
 
@@ -37,6 +41,7 @@ class LiveBatch:
     created_ns: int
     started: bool
     status: str
+    org_last_start: float | None = None  # its organization's turn at the model (``model_shares``); None: never
 
 
 _IN_PROGRESS = BatchStatus.IN_PROGRESS.value
@@ -45,36 +50,42 @@ _EXPEDITED = Priority.EXPEDITED.value
 
 def queue_order(live: Iterable[LiveBatch]) -> dict[str, int]:
     """Each queued batch's position (1 = taken next) among the given live batches of one model."""
-    return _positions([(b.id, b.org_id, b.priority, b.created_ns, b.started, b.status) for b in live])
+    return _positions([(b.id, b.org_id, b.priority, b.created_ns, b.started, b.status, b.org_last_start)
+                       for b in live])
 
 
 def _positions(rows: Sequence[Sequence[Any]]) -> dict[str, int]:
-    """``queue_order`` of rows that begin (id, org_id, priority, created_ns, started, status): plain tuples, since
-    a poll of a queued batch runs this over every live batch of its model."""
+    """``queue_order`` of rows that begin (id, org_id, priority, created_ns, started, status, org_last_start):
+    plain tuples, since a poll of a queued batch runs this over every live batch of its model."""
     running: dict[str, int] = {}
+    turns: dict[str, tuple[int, float]] = {}  # (0, the stored turn); a start replayed here: (1, its place)
     expedited: list[tuple[int, str, str]] = []
     standard: list[tuple[int, str, str]] = []
     for row in rows:
+        org = row[1]
+        if org not in turns:
+            turns[org] = (0, NEVER_STARTED if row[6] is None else row[6])
         if row[4]:
-            running[row[1]] = running.get(row[1], 0) + 1
+            running[org] = running.get(org, 0) + 1
         elif row[5] == _IN_PROGRESS:
-            (expedited if row[2] == _EXPEDITED else standard).append((row[3], row[0], row[1]))
+            (expedited if row[2] == _EXPEDITED else standard).append((row[3], row[0], org))
     positions: dict[str, int] = {}
     for tier in (expedited, standard):
-        tier.sort()
-        # An organization's k-th queued batch is claimed when k of its batches have started before it: its key is
-        # (running + k, created). Each organization's keys rise, so the claims' picks are the keys sorted.
-        taken: dict[str, int] = {}
-        keys = []
-        for created_ns, batch_id, org in tier:
-            k = taken.get(org, 0)
-            taken[org] = k + 1
-            keys.append((running.get(org, 0) + k, created_ns, batch_id))
-        for org, k in taken.items():
-            running[org] = running.get(org, 0) + k  # started before any batch of the next tier
-        keys.sort()
-        for _key, _created, batch_id in keys:
-            positions[batch_id] = len(positions) + 1
+        # Each claim takes the head of the organization with the least key (running, turn, its head's age); only
+        # the taken one's key changes (one more running, its turn to the back), so a heap of heads replays them.
+        queues: dict[str, deque[tuple[int, str]]] = {}
+        for created_ns, batch_id, org in sorted(tier):
+            queues.setdefault(org, deque()).append((created_ns, batch_id))
+        heads = [(running.get(org, 0), turns[org], queue[0][0], org) for org, queue in queues.items()]
+        heapq.heapify(heads)
+        while heads:
+            org = heapq.heappop(heads)[3]
+            queue = queues[org]
+            positions[queue.popleft()[1]] = len(positions) + 1
+            running[org] = running.get(org, 0) + 1
+            turns[org] = (1, len(positions))
+            if queue:
+                heapq.heappush(heads, (running[org], turns[org], queue[0][0], org))
     return positions
 
 
@@ -91,8 +102,11 @@ class LiveState(NamedTuple):
 def _live_of_model() -> CompiledRead:
     c = batches.c
     live = sa.or_(*(c.status == sa.literal_column(f"'{status}'") for status in _CLAIMABLE))
-    return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, c.throughput_window,
-                                  c.concurrency_limit).where(live, c.model == sa.bindparam("model")))
+    turns = batches.outerjoin(model_shares, sa.and_(model_shares.c.model == c.model,
+                                                   model_shares.c.org_id == c.org_id))
+    return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status,
+                                  model_shares.c.last_started_at, c.throughput_window, c.concurrency_limit)
+                        .select_from(turns).where(live, c.model == sa.bindparam("model")))
 
 
 _LIVE_OF_MODEL = _live_of_model()
@@ -103,4 +117,4 @@ def queue_plan(model: str) -> Plan[dict[str, LiveState]]:
     rows: list[tuple[Any, ...]] = yield AllRows(_LIVE_OF_MODEL, {"model": model})
     positions = _positions(rows)
     get = positions.get
-    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[6], r[7]) for r in rows}
+    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8]) for r in rows}

@@ -1,5 +1,6 @@
 """Poll answers kept in memory while PostgreSQL says nothing they read has changed: a trigger NOTIFYs each
-organization's writes, one LISTEN per process bumps its generation, and a write of this process forgets its
+organization's writes (coalesced: ``store/notices.py``), one LISTEN per process bumps its generation and, for
+``hot_seconds`` after a notice, keeps that organization's rows only until then; a write of this process forgets its
 organization's reads at once (``http/writes.OrgWrites``, told by ``api/context.py``). Bounded to 16 MiB of rows.
 How it stays correct across processes and outages: docs/design.md, "The poll read cache"."""
 
@@ -10,21 +11,21 @@ import contextlib
 import itertools
 import logging
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import Connection
 
 from ..backoff import Backoff
 from ..metrics import POLL_READS
+from .notices import CHANNEL, DEFAULT_SPACING_SECONDS, SPACING_SETTING, hot_seconds
 
-__all__ = ["KeptRows", "ReadCache", "CHANNEL", "Token", "POLL_KEPT", "POLL_SERVER", "create_change_trigger"]
+__all__ = ["KeptRows", "ReadCache", "Token", "POLL_KEPT", "POLL_SERVER"]
 
 log = logging.getLogger("openrelay.store")
 
-CHANNEL = "openrelay_batches"
 PROBE_SECONDS = 5.0  # a listener whose own notice has not come back within this long is taken as down
 _PROBE = " probe "  # starts a probe's payload; no organization id holds a space
 _RELISTEN = Backoff(base=0.1, cap=30.0)  # the wait before listening again: 0.1 s after a listen that heard, doubling
@@ -33,8 +34,10 @@ LONGEST_PARAMETER = 600  # characters: an id, a tag (at most 512), a model name;
 POLL_KEPT, POLL_SERVER = POLL_READS.labels("kept"), POLL_READS.labels("server")
 
 # The generations a read was made under: the listener's (bumped each time it starts afresh) and its
-# organization's (bumped by notices and by this process's own writes). Everything here runs on the event loop.
-Token = tuple[int, int]
+# organization's (bumped by notices and by this process's own writes), and, while its organization may still have
+# changes that sent no notice (``notices.hot_seconds`` after one), when that ends: rows read meanwhile are kept
+# only until then (else 0.0). Everything here runs on the event loop.
+Token = tuple[int, int, float]
 
 
 class KeptRows:
@@ -97,6 +100,9 @@ class ReadCache:
         self._name = secrets.token_hex(8)  # in its probes: its own are told from every other process's
         self._entries = KeptRows()
         self._orgs: dict[str, int] = {}
+        self._hot_until: dict[str, float] = {}  # by organization: the loop's clock when its last notice's window ends
+        self._all_hot_until = 0.0  # a listener that starts cannot know which organizations' windows are open
+        self._hot_seconds = hot_seconds(DEFAULT_SPACING_SECONDS)  # the database's spacing, read when it listens
         self._generation = 0
         self.listening = False  # True only while notices are being received
         self._task: asyncio.Task[None] | None = None
@@ -107,7 +113,8 @@ class ReadCache:
         """The generations to read ``org_id``'s rows under; None while no notice can be received."""
         if not self.listening:
             return None
-        return self._generation, self._orgs.get(org_id, 0)
+        hot_until = max(self._hot_until.get(org_id, 0.0), self._all_hot_until)
+        return self._generation, self._orgs.get(org_id, 0), hot_until if hot_until > _clock() else 0.0
 
     def get(self, key: Hashable, org_id: str) -> tuple[bool, Any]:
         """(True, rows) when ``key``'s rows are kept and still current, else (False, None)."""
@@ -127,6 +134,12 @@ class ReadCache:
         if len(orgs) > _MOST_ORGS:
             self._forget()  # start afresh rather than remember a generation for every organization there is
 
+    def announced(self, org_id: str) -> None:
+        """A notice of ``org_id``: it changed, and may change again without a notice for ``hot_seconds``."""
+        self.changed(org_id)
+        if self._hot_seconds:
+            self._hot_until[org_id] = _clock() + self._hot_seconds
+
     # -- the listener -------------------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -143,9 +156,11 @@ class ReadCache:
                     self._url, autocommit=True, application_name="openrelay-read-cache", connect_timeout=5,
                     keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=5)
                 async with conn:
-                    setting = await (await conn.execute("SELECT current_setting('openrelay.notices', true)")
-                                     ).fetchone()
-                    if setting is not None and setting[0] == "off":
+                    setting, spacing = await (await conn.execute(
+                        "SELECT current_setting('openrelay.notices', true), current_setting(%s, true)",
+                        (SPACING_SETTING,))).fetchone() or (None, None)
+                    self._hot_seconds = hot_seconds(DEFAULT_SPACING_SECONDS if not spacing else float(spacing))
+                    if setting == "off":
                         outcome = "off"  # the database sends no change notices: nothing may be kept
                     else:
                         await conn.execute(f"LISTEN {CHANNEL}")
@@ -182,13 +197,14 @@ class ReadCache:
             async for notice in conn.notifies(timeout=PROBE_SECONDS):
                 payload = notice.payload
                 if not payload.startswith(_PROBE):
-                    self.changed(payload)
+                    self.announced(payload)
                 elif payload == probe and not back:
                     back = True
                     if not heard:
                         # Every answer kept under an earlier listener may have missed a notice: start afresh.
                         heard = True
                         self._forget()
+                        self._all_hot_until = _clock() + self._hot_seconds  # notices sent before it listened
                         self.listening = True
             if not back:
                 return heard
@@ -198,6 +214,7 @@ class ReadCache:
         self._generation += 1
         self._entries.clear()
         self._orgs.clear()
+        self._hot_until.clear()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -207,29 +224,5 @@ class ReadCache:
             self._task = None
 
 
-def create_change_trigger(conn: Connection) -> None:
-    """On PostgreSQL, every insert, update and delete of ``batches`` and ``batch_tags`` notifies channel
-    ``CHANNEL`` with the row's organization, at commit, for the listeners above; but for an update of a
-    batch that changes only its lease (a worker's heartbeat, every tick of every running batch), which no poll's
-    answer shows. ``ALTER DATABASE ... SET openrelay.notices = 'off'`` stops them (each commit that notifies
-    takes PostgreSQL's notify lock: docs/deploy.md has what that costs); the API's listeners then keep nothing.
-    SQLite has no notices: its polls check the file's ``data_version`` instead."""
-    if conn.dialect.name != "postgresql":
-        return
-    conn.exec_driver_sql(
-        "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        "BEGIN "
-        "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
-        f"IF TG_OP = 'DELETE' THEN PERFORM pg_notify('{CHANNEL}', OLD.org_id); "
-        f"ELSE PERFORM pg_notify('{CHANNEL}', NEW.org_id); END IF; "
-        "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
-        f"PERFORM pg_notify('{CHANNEL}', OLD.org_id); END IF; "
-        "RETURN NULL; END $$")
-    run = "EXECUTE FUNCTION openrelay_announce_batch_change()"
-    unleased = "(to_jsonb({}) - 'lease_owner' - 'lease_expires_at')"
-    for statement in (
-            f"CREATE TRIGGER batches_announce AFTER INSERT OR DELETE ON batches FOR EACH ROW {run}",
-            f"CREATE TRIGGER batches_announce_update AFTER UPDATE ON batches FOR EACH ROW "
-            f"WHEN ({unleased.format('OLD')} IS DISTINCT FROM {unleased.format('NEW')}) {run}",
-            f"CREATE TRIGGER batch_tags_announce AFTER INSERT OR UPDATE OR DELETE ON batch_tags FOR EACH ROW {run}"):
-        conn.exec_driver_sql(statement)
+def _clock() -> float:
+    return time.monotonic()

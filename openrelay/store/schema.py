@@ -162,6 +162,28 @@ model_locks = Table(
     Column("model", String(200), primary_key=True),
 )
 
+# Each organization's turn at each model's slots (store/fair_share.py, migration 0019): when its last queued batch
+# of the model started, by the database's clock, written by that claim under the model's lock.
+model_shares = Table(
+    "model_shares",
+    metadata,
+    Column("model", String(200), nullable=False),
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("last_started_at", Float, nullable=False),
+    Column("batches_started", BigInteger, nullable=False),
+    PrimaryKeyConstraint("model", "org_id"),
+)
+__all__ += ["model_shares", "org_notices"]
+
+# When each organization's changes were last announced on PostgreSQL (store/notices.py, migration 0019): a change
+# within openrelay.notice_seconds of it sends no notice of its own.
+org_notices = Table(
+    "org_notices",
+    metadata,
+    Column("org_id", String(40), ForeignKey("organizations.id"), primary_key=True),
+    Column("notified_at", Float, nullable=False),
+)
+
 # What each engine replica's adaptive concurrency limiter learnt, per model (store/engine_limits.py): a worker
 # that starts begins there.
 engine_limits = Table(

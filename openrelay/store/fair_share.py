@@ -1,0 +1,77 @@
+"""Fair share of a model's slots between organizations, by recent service (docs/design.md, "The queue").
+
+Within a model's queue and a tier, the next batch goes to the organization with the fewest batches of the model
+running, then to the one whose last batch of the model started longest ago (never counts as longest), then to the
+oldest batch. With one slot nobody runs when it frees, so the turn decides: the organizations take turns. The
+turns are kept in ``model_shares``, written by the claim that starts a queued batch, in its own transaction and
+under the model's lock (``BatchLeases._next_queued``), so every worker sees the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from ..types import CLAIMABLE_VALUES, BatchStatus
+from .schema import batches, model_shares, organizations
+
+__all__ = ["Share", "NEVER_STARTED", "fair_order", "record_start", "read_shares"]
+
+# The turn of an organization that never started a batch of the model: before every clock reading.
+NEVER_STARTED = 0.0
+
+
+def fair_order(model: str) -> list[sa.ColumnElement]:
+    """ORDER BY terms, within a tier, for the queued rows of ``batches`` of ``model``."""
+    mine = batches.alias("running_of_org")
+    org_running = sa.select(sa.func.count()).where(
+        mine.c.model == model, mine.c.org_id == batches.c.org_id, mine.c.started.is_(True),
+        mine.c.status.in_(CLAIMABLE_VALUES)).scalar_subquery()
+    last_start = sa.select(model_shares.c.last_started_at).where(
+        model_shares.c.model == model, model_shares.c.org_id == batches.c.org_id).scalar_subquery()
+    return [org_running, sa.func.coalesce(last_start, NEVER_STARTED), batches.c.created_ns]
+
+
+def record_start(conn: Connection, *, model: str, org_id: str, clock: float, is_sqlite: bool) -> None:
+    """A queued batch of ``org_id`` starts now (the database's ``clock``): its organization's turn moves to the back."""
+    insert = (sqlite if is_sqlite else postgresql).insert(model_shares)
+    conn.execute(insert.values(model=model, org_id=org_id, last_started_at=clock, batches_started=1)
+                 .on_conflict_do_update(index_elements=["model", "org_id"], set_={
+                     "last_started_at": clock, "batches_started": model_shares.c.batches_started + 1}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Share:
+    """One organization's share of one model, across every worker: what ``/metrics`` shows."""
+
+    model: str
+    organization: str  # its name
+    running: int  # batches of the model it has running now (a slot each)
+    queued: int
+    batches_started: int  # since the store began keeping turns (migration 0019)
+    last_started_at: float | None  # the database's clock; None if it never started one
+
+
+def read_shares(conn: Connection) -> list[Share]:
+    """Every organization with a live batch of a model or a turn kept for it, per model."""
+    live = (sa.select(batches.c.model, batches.c.org_id,
+                      sa.func.sum(sa.case((batches.c.started.is_(True), 1), else_=0)).label("running"),
+                      sa.func.sum(sa.case((sa.and_(batches.c.started.is_(False),
+                                                   batches.c.status == BatchStatus.IN_PROGRESS.value), 1),
+                                          else_=0)).label("queued"))
+            .where(batches.c.status.in_(CLAIMABLE_VALUES)).group_by(batches.c.model, batches.c.org_id))
+    counts = {(row.model, row.org_id): (int(row.running), int(row.queued)) for row in conn.execute(live)}
+    turns = {(row.model, row.org_id): (row.batches_started, row.last_started_at)
+             for row in conn.execute(sa.select(model_shares))}
+    names = dict(conn.execute(sa.select(organizations.c.id, organizations.c.name).where(
+        organizations.c.id.in_({org for _, org in counts.keys() | turns.keys()}))).all())
+    shares = []
+    for model, org_id in sorted(counts.keys() | turns.keys()):
+        running, queued = counts.get((model, org_id), (0, 0))
+        started, last = turns.get((model, org_id), (0, None))
+        shares.append(Share(model=model, organization=names.get(org_id, org_id), running=running, queued=queued,
+                            batches_started=started, last_started_at=last))
+    return shares
