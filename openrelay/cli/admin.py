@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..store.accounts import Accounts
     from ..store.webhooks import WebhookStore
 
-__all__ = ["app"]
+__all__ = ["app", "store_places"]
 
 app = typer.Typer(help="Operate on the store directly: organizations, API keys and webhooks.",
                   no_args_is_help=True)
@@ -53,8 +53,14 @@ def _store(
             typer.echo(f"orl: {exc.message}", err=True)
             raise typer.Exit(2) from None
     _state["url"] = database_url or default_database_url(data_dir)
+    _state["data_dir"], _state["blob_url"] = data_dir, blob_url
     if database_url is None:
         data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def store_places() -> tuple[str, Path, str | None]:
+    """The store URL, data dir and blob URL this `orl admin` was given (for `orl admin prune`, cli/prune.py)."""
+    return _state["url"], _state["data_dir"], _state["blob_url"]
 
 
 def _accounts() -> Accounts:

@@ -26,6 +26,7 @@ from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
 from .create_body import check_create_fields, decode_create_body
 from .estimate import estimate
+from .expiry import output_expiry
 
 __all__ = ["create_batch", "MAX_IDEMPOTENCY_KEY_BYTES"]
 
@@ -78,6 +79,8 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     if priority == Priority.EXPEDITED.value and not rt.accounts.org(key.org_id).expedited_enabled:
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")
     endpoint, metadata = check_create_fields(body, priority)
+    output_expires = output_expiry(body.get("output_expires_after"),
+                                   min_seconds=rt.settings.retention.min_expiry_seconds)
     batch_id = new_batch_id()
     new_files: list[dict[str, Any]] = []
     if "input_file_id" in body:
@@ -123,7 +126,8 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
                        endpoint=endpoint, priority=priority, metadata=metadata, input_file_id=input_file_id,
                        blob_key=blob_key, rejections_file_id=rejections_file_id)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
-    rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer)
+    rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer,
+                      output_expires_seconds=output_expires)
     return raw_answer
 
 

@@ -57,13 +57,15 @@ class Batches(BatchLeases):
     (``store/leases.py``), so the one store object serves both."""
 
     def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]], *,
-               claim: Claim | None = None, answer: bytes = b"") -> None:
+               claim: Claim | None = None, answer: bytes = b"", output_expires_seconds: int | None = None) -> None:
         """The batch, the files made for it (inline input, rejections) and, under an Idempotency-Key, the stored
-        ``answer`` appear together or not at all."""
+        ``answer`` appear together or not at all. ``output_expires_seconds``: its result files' expiry, which
+        ``Results.finalize`` reads when it makes them."""
         with self.db.write() as conn:
             for values in new_files:
                 insert_file(conn, **values)
-            conn.execute(batches.insert().values(**batch_values(batch, created_ns)))
+            conn.execute(batches.insert().values(**batch_values(batch, created_ns),
+                                                 output_expires_seconds=output_expires_seconds))
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
             if claim is not None:
