@@ -46,11 +46,12 @@ class QueuedBlob:
 
 @dataclass(frozen=True)
 class Pruned:
-    """What one call removed (or, in a dry run, would remove): ``rows`` of its kind, the ``bytes`` of the files
-    among them, and whether it stopped at its limit (more is left)."""
+    """What one call removed (or, in a dry run, would remove): ``rows`` of its kind, the ``files`` that went with
+    them (a batch's own) and the ``bytes`` of all those files, and whether it stopped at its limit (more is left)."""
     rows: int = 0
     bytes: int = 0
     more: bool = False
+    files: int = 0
 
 
 class Retention:
@@ -112,7 +113,8 @@ class Retention:
             named = sa.union(*(sa.select(column).where(kept, column.is_not(None)) for column in (
                 batches.c.input_file_id, batches.c.output_file_id, batches.c.error_file_id,
                 batches.c.rejections_file_id)))
-            return sa.and_(files.c.created_at < clock - older_than_days * DAY_SECONDS, files.c.id.not_in(named))
+            return sa.and_(files.c.created_at < clock - older_than_days * DAY_SECONDS, files.c.id.not_in(named),
+                           sa.or_(files.c.expires_at.is_(None), files.c.expires_at > int(clock)))  # not counted twice
         return self._files(condition, limit=limit, dry_run=dry_run)
 
     def _files(self, condition, *, limit: int, dry_run: bool) -> Pruned:  # type: ignore[no-untyped-def]
@@ -141,7 +143,7 @@ class Retention:
     def ended_batches(self, *, older_than_days: float, limit: int, dry_run: bool = False) -> Pruned:
         """Batches that ended more than ``older_than_days`` ago: their rows (tags, chunks, webhook events and
         their deliveries), their result and rejections files, and every blob under their folder. Their input
-        files go with ``unused_files``."""
+        files go with ``unused_files`` (which, in a dry run, counts these batches' own files too)."""
         with self.db.write() as conn:
             gone = sa.not_(_kept_batches(self.db.clock(conn) - older_than_days * DAY_SECONDS))
             if dry_run:
@@ -161,7 +163,7 @@ class Retention:
             conn.execute(batches.delete().where(batches.c.id.in_(ids)))
             self._queue(conn, [r.blob_key for r in found])
             self._queue(conn, [batch_folder(batch_id) for batch_id in ids], folder=True)
-            return Pruned(rows=len(ids), bytes=sum(r.bytes for r in found), more=len(ids) == limit)
+            return Pruned(rows=len(ids), files=len(found), bytes=sum(r.bytes for r in found), more=len(ids) == limit)
 
     # -- bookkeeping, whatever the retention ------------------------------------------------------------------
 

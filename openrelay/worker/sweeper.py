@@ -32,8 +32,11 @@ class Sweep:
     more: bool = False
 
     def add(self, name: str, pruned: Pruned) -> None:
+        """Count ``pruned`` under ``name``; a batch's own files count under ``files``, with the unused ones."""
         before = self.removed.get(name, Pruned())
         self.removed[name] = Pruned(rows=before.rows + pruned.rows, bytes=before.bytes + pruned.bytes)
+        if pruned.files:
+            self.add("files", Pruned(rows=pruned.files))
         self.more = self.more or pruned.more
 
     def as_json(self) -> dict[str, int]:
@@ -84,7 +87,7 @@ def prune(retention: Retention, blobs: BlobStore, settings: RetentionSettings, *
     while True:
         sweep = sweep_once(retention, blobs, settings)
         for name, pruned in sweep.removed.items():
-            total.add(name, Pruned(rows=pruned.rows, bytes=pruned.bytes))
+            total.add(name, pruned)
         total.blobs += sweep.blobs
         if not sweep.more:
             return total
