@@ -20,7 +20,7 @@ def table_rows(database_url: str) -> dict[str, int]:
     engine = sa.create_engine(normalize_url(database_url))
     try:
         with engine.connect() as conn:
-            return {t.name: conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+            return {str(t.name): conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
                     for t in metadata.sorted_tables}
     finally:
         engine.dispose()
