@@ -12,7 +12,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from openrelay.cli.main import app
-from openrelay.config import GROUPS, BatchLimits, HttpLimits, Settings, WorkerSettings, env_var
+from openrelay.config import GROUPS, BatchLimits, HttpLimits, RetentionSettings, Settings, WorkerSettings, env_var
 from openrelay.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +103,9 @@ def test_the_cli_defaults_are_configs() -> None:
         assert options["window_seconds"].default == BatchLimits.window_seconds == 86_400
         assert env_var(WorkerSettings, "max_batches") in (options["max_batches"].help or "")
         assert options["blob_url"].envvar == env_var(Settings, "blob_url") == "OPENRELAY_BLOB_URL"
+        assert options["retention_days"].default is None  # unset: the environment, else kept forever
+        assert env_var(RetentionSettings, "retention_days") in (options["retention_days"].help or "")
+    assert f"default {RetentionSettings.min_expiry_seconds}" in (_options("serve")["min_expiry_seconds"].help or "")
     assert _options("serve")["metrics_token"].envvar == env_var(Settings, "metrics_token")
     assert HttpLimits.max_header_bytes == 65_536 and HttpLimits.max_upload_bytes == 200_000_000
     rendered = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})

@@ -3,6 +3,8 @@ an S3 prefix). The retention tests and bench/bench_retention.py compare these wi
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +41,15 @@ def rows_where(database_url: str, table: str, **equal: Any) -> list[dict[str, An
 
 
 def local_blobs(folder: Path) -> dict[str, int]:
-    """Every blob under a local blob directory: key -> bytes."""
-    if not folder.exists():
-        return {}
-    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+    """Every blob under a local blob directory: key -> bytes. A folder or blob deleted while it is walked (the
+    sweeper at work) is left out, not an error."""
+    found: dict[str, int] = {}
+    for parent, _folders, names in os.walk(folder):
+        for name in names:
+            path = Path(parent) / name
+            with contextlib.suppress(FileNotFoundError):
+                found[str(path.relative_to(folder))] = path.stat().st_size
+    return found
 
 
 def s3_blobs(store: Any, prefix: str) -> dict[str, int]:
