@@ -40,8 +40,8 @@ def _store(
         DEFAULT_DATA_DIR,
     database_url: Annotated[str | None, typer.Option(help="Store URL instead of the data dir's SQLite.")] = None,
     blob_url: Annotated[str | None, typer.Option(envvar=env_var(Settings, "blob_url"), show_envvar=True,
-                                                 help="The blob store of `orl serve` (checked; admin commands "
-                                                      "write no blobs).")] = None,
+                                                 help="The blob store of `orl serve` (checked; only `prune` "
+                                                      "touches it, deleting).")] = None,
 ) -> None:
     if blob_url:
         from ..errors import ConfigError
