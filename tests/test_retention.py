@@ -34,11 +34,13 @@ def _baseline(server: Server) -> dict[str, int]:
 
 
 def _pruned(server: Server, batches: list[dict[str, Any]]) -> None:
-    """Wait until each batch (as its create answered) is gone, and check its files went with it. With a retention
-    of 0 days a batch goes as soon as it ends, before a poll may see it ended."""
+    """Wait until each batch (as its create answered) is gone, and its files with it (its input in the same pass,
+    a transaction later). With a retention of 0 days a batch goes as soon as it ends, before a poll may see it
+    ended."""
     for batch in batches:
         wait_for(lambda b=batch: server.http("GET", f"/batches/{b['id']}").status_code == 404, "the batch to go")
         for file_id in (batch["input_file_id"], f"file-{batch['id']}-output", f"file-{batch['id']}-error"):
+            wait_for(lambda f=file_id: server.http("GET", f"/files/{f}").status_code == 404, f"{file_id} to go")
             error_of(server.http("GET", f"/files/{file_id}"), 404, "not_found", param="file_id")
 
 
@@ -67,6 +69,17 @@ def test_retention_prunes_ended_batches_rows_files_and_bytes_and_spares_running_
     _pruned(server, [running])
     wait_for(lambda: table_rows(server.database_url) == baseline, "every row back to the baseline")
     wait_for(lambda: local_blobs(server.data_dir / "blobs") == {}, "every blob deleted")
+
+
+def test_orl_worker_takes_retention_days_and_sweeps(make_server: Callable[..., Server],
+                                                    start_worker: Callable[..., Any]) -> None:
+    server = make_server(args=("--no-worker",))  # the API sweeps nothing: only workers do
+    worker = start_worker(server, args=("--retention-days", "0"), env=SWEEP_OFTEN)
+    baseline = _baseline(server)
+    _pruned(server, [create(server, RECORDS)])
+    wait_for(lambda: table_rows(server.database_url) == baseline, "every row back to the baseline")
+    wait_for(lambda: local_blobs(server.data_dir / "blobs") == {}, "every blob deleted")
+    wait_for(lambda: "sweeper: removed" in worker.log(), "the worker to say what its sweeper removed")
 
 
 def test_bookkeeping_rows_are_pruned_whatever_the_retention(make_server: Callable[..., Server]) -> None:
