@@ -6,7 +6,7 @@ counts them all and changes nothing. Times are the database's clock."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -117,7 +117,9 @@ class Retention:
                            sa.or_(files.c.expires_at.is_(None), files.c.expires_at > int(clock)))  # not counted twice
         return self._files(condition, limit=limit, dry_run=dry_run)
 
-    def _files(self, condition, *, limit: int, dry_run: bool) -> Pruned:  # type: ignore[no-untyped-def]
+    def _files(self, condition: Callable[[float], sa.ColumnElement[bool]], *, limit: int, dry_run: bool) -> Pruned:
+        """The files ``condition`` (given the database's clock) picks: rows deleted, blobs no unfinished batch
+        reads queued."""
         with self.db.write() as conn:
             where = condition(self.db.clock(conn))
             if dry_run:
