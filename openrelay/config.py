@@ -17,8 +17,8 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["Settings", "HttpLimits", "BatchLimits", "IdempotencySettings", "ReadCaches", "WorkerSettings",
-           "EngineRetries", "WebhookSettings", "GROUPS", "env_var", "default_database_url", "DEFAULT_DATA_DIR",
-           "LIVE_POLL_SECONDS"]
+           "EngineRetries", "WebhookSettings", "RetentionSettings", "GROUPS", "env_var", "default_database_url",
+           "DEFAULT_DATA_DIR", "LIVE_POLL_SECONDS"]
 
 # How often a live view asks again: the dashboard's live regions, `orl batches wait`, `orl batches results -f`.
 LIVE_POLL_SECONDS = 1.0
@@ -39,9 +39,16 @@ def _count_or_none(raw: str) -> int | None:
     return int(raw) or None  # 0 is "no limit", like unset
 
 
+def _days(raw: str) -> float:
+    days = float(raw)
+    if not days >= 0:
+        raise ValueError(raw)
+    return days
+
+
 _PARSERS: dict[type, Callable[[str], Any]] = {bool: _switch, int: int, float: float}
 _WANTED = {_switch: "a whole number (0: off)", int: "a whole number", float: "a number",
-           _count_or_none: "a whole number (0: no limit)"}
+           _count_or_none: "a whole number (0: no limit)", _days: "a number of days (0 or more)"}
 
 
 def setting(default: Any, env: str | None = None, *, parse: Callable[[str], Any] | None = None,
@@ -129,10 +136,22 @@ class WebhookSettings:
     poll_seconds: float = setting(1.0, "OPENRELAY_WEBHOOK_POLL_SECONDS")  # a worker's loop looks for due deliveries
 
 
+@dataclass(frozen=True, kw_only=True)
+class RetentionSettings:
+    """What is kept and for how long (docs/deploy.md, "Retention"): the floor of a file's expiry, the ended batches
+    kept, and the workers' sweeper that deletes what is past them (worker/sweeper.py)."""
+    min_expiry_seconds: int = setting(3600, "OPENRELAY_MIN_EXPIRY_SECONDS")  # expires_after's floor (OpenAI's: 1 h)
+    # Batches ended this many days ago lose their files and rows (None: kept forever); `--retention-days`.
+    retention_days: float | None = setting(None, "OPENRELAY_RETENTION_DAYS", parse=_days)
+    bookkeeping_days: float = setting(7.0, "OPENRELAY_BOOKKEEPING_DAYS", parse=_days)  # delivery logs, chunk rows
+    sweep_seconds: float = setting(60.0, "OPENRELAY_SWEEP_SECONDS")  # a sweeper pass across the fleet this often
+    sweep_limit: int = setting(500, "OPENRELAY_SWEEP_LIMIT")  # files, batches, rows of a kind one pass deletes
+
+
 # Each group by its attribute on Settings.
 GROUPS: dict[str, type] = {"http": HttpLimits, "batches": BatchLimits, "idempotency": IdempotencySettings,
                            "reads": ReadCaches, "worker": WorkerSettings, "engines": EngineRetries,
-                           "webhooks": WebhookSettings}
+                           "webhooks": WebhookSettings, "retention": RetentionSettings}
 
 
 def _from_env(group: type, environ: Mapping[str, str], **given: Any) -> Any:
@@ -164,6 +183,7 @@ class Settings:
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     engines: EngineRetries = field(default_factory=EngineRetries)
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,

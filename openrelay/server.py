@@ -22,8 +22,10 @@ from .config import Settings
 from .http.access_log import AccessLog
 from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
+from .store.retention import Retention
 from .web.routes import UPLOAD_PATHS, mount_dashboard
 from .webhooks.delivery import WebhookDelivery
+from .worker.sweeper import Sweeper
 from .worker.worker import Worker
 
 __all__ = ["serve", "run_worker", "bootstrap", "assemble_app"]
@@ -108,11 +110,13 @@ def run_worker(settings: Settings) -> None:
 
 
 async def _worker_and_deliveries(rt: Runtime, worker: Worker) -> None:
-    """The worker's loop and, beside its batches, the webhook delivery loop (``webhooks/delivery.py``), until the
-    worker is told to stop. The delivery in flight then ends within the webhook timeout; an unfinished one is
-    resent."""
+    """The worker's loop and, beside its batches, the webhook delivery loop (``webhooks/delivery.py``) and the
+    sweeper (``worker/sweeper.py``), until the worker is told to stop. The delivery in flight then ends within the
+    webhook timeout; an unfinished one is resent."""
     deliveries = WebhookDelivery(rt.webhooks, rt.catalog, rt.settings)
-    await asyncio.gather(worker.run_forever(), deliveries.run_forever(worker.stopping))
+    sweeper = Sweeper(Retention(rt.db), rt.blobs, rt.settings.retention)
+    await asyncio.gather(worker.run_forever(), deliveries.run_forever(worker.stopping),
+                         sweeper.run_forever(worker.stopping))
 
 
 def _freeze_startup_objects() -> None:

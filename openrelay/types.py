@@ -144,6 +144,7 @@ class FileRecord:
     bytes: int
     created_at: int
     blob_key: str
+    expires_at: int | None = None  # from then on the file is gone (404), and the sweeper deletes it
 
     def as_api(self) -> dict[str, Any]:
         return {
@@ -151,6 +152,7 @@ class FileRecord:
             "object": "file",
             "bytes": self.bytes,
             "created_at": self.created_at,
+            "expires_at": self.expires_at,
             "filename": self.filename,
             "purpose": self.purpose,
             "status": "processed",

@@ -73,7 +73,8 @@ def test_sdk_create_retrieve_list_content_delete(server):
     assert got.model_dump() == created.model_dump()
     raw = server.http("GET", f"/files/{created.id}").json()
     assert raw == {"id": created.id, "object": "file", "bytes": len(content), "created_at": created.created_at,
-                   "filename": "mine.jsonl", "purpose": "batch", "status": "processed", "status_details": None}
+                   "expires_at": None, "filename": "mine.jsonl", "purpose": "batch", "status": "processed",
+                   "status_details": None}
 
     assert client.files.content(created.id).content == content
     assert [f.id for f in client.files.list()] == [created.id]

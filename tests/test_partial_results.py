@@ -57,7 +57,7 @@ def test_result_files_grow_while_running_each_read_a_prefix_of_the_next(server, 
         found = _file(server, file_id)
         assert found.status_code == 200, found.text
         assert found.json() == {"id": file_id, "object": "file", "bytes": 0, "created_at": found.json()["created_at"],
-                                "filename": f"{batch_id}_{kind}.jsonl", "purpose": "batch_output",
+                                "expires_at": None, "filename": f"{batch_id}_{kind}.jsonl", "purpose": "batch_output",
                                 "status": "partial", "status_details": None,
                                 "openrelay": {"partial": True, "lines": 0}}
         empty = _content(server, file_id)

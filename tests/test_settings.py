@@ -12,7 +12,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from openrelay.cli.main import app
-from openrelay.config import GROUPS, BatchLimits, HttpLimits, Settings, WorkerSettings, env_var
+from openrelay.config import GROUPS, BatchLimits, HttpLimits, RetentionSettings, Settings, WorkerSettings, env_var
 from openrelay.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,14 +57,14 @@ def test_special_values_mean_what_they_meant() -> None:
 def test_every_variable_has_its_own_name_and_the_deploy_page_shows_its_default() -> None:
     names = [f.metadata["env"] for *_, f in READ_BY_BUILD] + [env_var(Settings, "blob_url"),
                                                               env_var(Settings, "metrics_token")]
-    assert len(names) == len(set(names)) == 36  # 34 read by Settings.build, 2 by the CLI
+    assert len(names) == len(set(names)) == 41  # 39 read by Settings.build, 2 by the CLI
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     assert not [name for name in names if f"`{name}`" not in deploy]
     shown = dict(re.findall(r"`(OPENRELAY_[A-Z_]+)` \(([\d.]+)\)", deploy))
     for *_, f in READ_BY_BUILD:
         if f.metadata["env"] in shown:
             assert float(shown[f.metadata["env"]]) == f.default, f.metadata["env"]
-    assert len(shown) == 27  # every variable but the flags' and the token, whose defaults the flags' table shows
+    assert len(shown) == 31  # every variable but the flags' and the token, whose defaults the flags' table shows
 
 
 def test_only_config_and_the_cli_read_variables() -> None:
@@ -103,6 +103,9 @@ def test_the_cli_defaults_are_configs() -> None:
         assert options["window_seconds"].default == BatchLimits.window_seconds == 86_400
         assert env_var(WorkerSettings, "max_batches") in (options["max_batches"].help or "")
         assert options["blob_url"].envvar == env_var(Settings, "blob_url") == "OPENRELAY_BLOB_URL"
+        assert options["retention_days"].default is None  # unset: the environment, else kept forever
+        assert env_var(RetentionSettings, "retention_days") in (options["retention_days"].help or "")
+    assert f"default {RetentionSettings.min_expiry_seconds}" in (_options("serve")["min_expiry_seconds"].help or "")
     assert _options("serve")["metrics_token"].envvar == env_var(Settings, "metrics_token")
     assert HttpLimits.max_header_bytes == 65_536 and HttpLimits.max_upload_bytes == 200_000_000
     rendered = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
@@ -115,7 +118,9 @@ def test_the_cli_defaults_are_configs() -> None:
                                                      ("OPENRELAY_MAX_RECORDS", "1.5", "a whole number"),
                                                      ("OPENRELAY_POLL_CACHE", "yes", "a whole number (0: off)"),
                                                      ("OPENRELAY_WORKER_MAX_BATCHES", "all",
-                                                      "a whole number (0: no limit)")])
+                                                      "a whole number (0: no limit)"),
+                                                     ("OPENRELAY_RETENTION_DAYS", "-1",
+                                                      "a number of days (0 or more)")])
 def test_a_variable_that_does_not_parse_stops_the_process_naming_it(name: str, raw: str, wanted: str,
                                                                     tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:

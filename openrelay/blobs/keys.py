@@ -17,8 +17,8 @@ Keys are ``/``-separated, never start with ``/`` and hold no ``..`` part (``chec
 
 from __future__ import annotations
 
-__all__ = ["file_key", "refused_create_key", "rejections_key", "dispatch_order_key", "chunk_key", "chunks_folder",
-           "error_tail_key", "output_key", "error_key", "check_key"]
+__all__ = ["file_key", "refused_create_key", "batch_folder", "rejections_key", "dispatch_order_key", "chunk_key",
+           "chunks_folder", "error_tail_key", "output_key", "error_key", "check_key"]
 
 
 def file_key(file_id: str) -> str:
@@ -30,8 +30,13 @@ def refused_create_key(file_id: str) -> str:
     return f"rejections/{file_id}.jsonl"
 
 
+def batch_folder(batch_id: str) -> str:
+    """Every blob of the batch (``BlobStore.delete_folder``: the retention prunes it whole)."""
+    return f"batches/{batch_id}"
+
+
 def rejections_key(batch_id: str) -> str:
-    return f"batches/{batch_id}/rejections.jsonl"
+    return f"{batch_folder(batch_id)}/rejections.jsonl"
 
 
 def dispatch_order_key(batch_id: str) -> str:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..store.accounts import Accounts
     from ..store.webhooks import WebhookStore
 
-__all__ = ["app"]
+__all__ = ["app", "store_places"]
 
 app = typer.Typer(help="Operate on the store directly: organizations, API keys and webhooks.",
                   no_args_is_help=True)
@@ -42,8 +42,8 @@ def _store(
         DEFAULT_DATA_DIR,
     database_url: Annotated[str | None, typer.Option(help="Store URL instead of the data dir's SQLite.")] = None,
     blob_url: Annotated[str | None, typer.Option(envvar=env_var(Settings, "blob_url"), show_envvar=True,
-                                                 help="The blob store of `orl serve` (checked; admin commands "
-                                                      "write no blobs).")] = None,
+                                                 help="The blob store of `orl serve` (checked; only `prune` "
+                                                      "touches it, deleting).")] = None,
 ) -> None:
     if blob_url:
         from ..errors import ConfigError
@@ -55,8 +55,14 @@ def _store(
             typer.echo(f"orl: {exc.message}", err=True)
             raise typer.Exit(2) from None
     _state["url"] = database_url or default_database_url(data_dir)
+    _state["data_dir"], _state["blob_url"] = data_dir, blob_url
     if database_url is None:
         data_dir.mkdir(parents=True, exist_ok=True)
+
+
+def store_places() -> tuple[str, Path, str | None]:
+    """The store URL, data dir and blob URL this `orl admin` was given (for `orl admin prune`, cli/prune.py)."""
+    return _state["url"], _state["data_dir"], _state["blob_url"]
 
 
 def _accounts() -> Accounts:

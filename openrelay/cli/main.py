@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ..config import DEFAULT_DATA_DIR, BatchLimits, HttpLimits, Settings, WorkerSettings, env_var
-from . import admin, batch_results, batches, files, models
+from ..config import DEFAULT_DATA_DIR, BatchLimits, HttpLimits, RetentionSettings, Settings, WorkerSettings, env_var
+from . import admin, batch_results, batches, files, models, prune
 
 __all__ = ["app", "main"]
 
@@ -21,6 +21,7 @@ batches.app.command("results")(batch_results.results)
 batches.app.command("retry")(batch_results.retry)
 app.add_typer(files.app, name="files")
 app.add_typer(admin.app, name="admin")
+admin.app.command("prune")(prune.prune)
 app.command("models")(models.models)
 
 DataDir = Annotated[Path, typer.Option(help="Where the SQLite store and the blobs live.")]
@@ -62,6 +63,14 @@ MaxBatches = Annotated[int | None, typer.Option(min=1, help="Batches this proces
                                                 "a fleet of workers shares the catalog's slots (default: "
                                                 f"{env_var(WorkerSettings, 'max_batches')}, else as many as the "
                                                 "slots allow).")]
+RetentionDays = Annotated[float | None, typer.Option(min=0, help="Batches that ended more than this many days ago "
+                                                    "lose their files (bytes included) and rows; fractions allowed "
+                                                    "(default: kept forever, env "
+                                                    f"{env_var(RetentionSettings, 'retention_days')}).")]
+MinExpirySeconds = Annotated[int | None, typer.Option(min=1, help="The least expires_after / output_expires_after "
+                                                      "seconds taken (default "
+                                                      f"{RetentionSettings.min_expiry_seconds}, OpenAI's; env "
+                                                      f"{env_var(RetentionSettings, 'min_expiry_seconds')}).")]
 BodyTimeout = Annotated[float | None, typer.Option(min=0.001, help=_limit("Seconds a body being read may send "
                                                                           "nothing; over it: 408",
                                                                           "body_idle_timeout_seconds"))]
@@ -89,6 +98,8 @@ def serve(
     body_timeout: BodyTimeout = None,
     blob_url: BlobUrl = None,
     max_batches: MaxBatches = None,
+    retention_days: RetentionDays = None,
+    min_expiry_seconds: MinExpirySeconds = None,
     access_log: Annotated[bool | None, typer.Option(
         "--access-log/--no-access-log", show_default=False,
         help="A log line per request: method, path, status, time, organization; never a key, a query or a body "
@@ -104,7 +115,8 @@ def serve(
                                max_batches=max_batches, max_header_bytes=max_header_bytes,
                                max_create_body_bytes=max_create_bytes, max_json_body_bytes=max_json_bytes,
                                max_upload_bytes=max_upload_bytes, header_timeout_seconds=header_timeout,
-                               body_idle_timeout_seconds=body_timeout, access_log=access_log)
+                               body_idle_timeout_seconds=body_timeout, access_log=access_log,
+                               retention={"retention_days": retention_days, "min_expiry_seconds": min_expiry_seconds})
         run_server(settings, host=host, port=port, with_worker=with_worker)
 
 
@@ -116,25 +128,29 @@ def worker(
     window_seconds: Window = BatchLimits.window_seconds,
     blob_url: BlobUrl = None,
     max_batches: MaxBatches = None,
+    retention_days: RetentionDays = None,
 ) -> None:
-    """Run a worker only: claims and runs batches from the shared store."""
+    """Run a worker only: claims and runs batches from the shared store (and sweeps it, worker/sweeper.py)."""
     from ..server import run_worker
 
     with _refusing_bad_catalogs():
         settings = _with_flags(Settings.build(data_dir=data_dir, database_url=database_url, catalog_path=catalog,
                                               window_seconds=window_seconds, blob_url=blob_url),
-                               max_batches=max_batches)
+                               max_batches=max_batches, retention={"retention_days": retention_days})
         run_worker(settings)
 
 
-def _with_flags(settings: Settings, *, max_batches: int | None, **http: float | bool | None) -> Settings:
+def _with_flags(settings: Settings, *, max_batches: int | None, retention: dict[str, float | None] | None = None,
+                **http: float | bool | None) -> Settings:
     """The flags given (those not None) over what the environment and the defaults said."""
     import dataclasses
 
     limits = {name: value for name, value in http.items() if value is not None}
     worker = {} if max_batches is None else {"max_batches": max_batches}
+    kept = {name: value for name, value in (retention or {}).items() if value is not None}
     return dataclasses.replace(settings, http=dataclasses.replace(settings.http, **limits),
-                               worker=dataclasses.replace(settings.worker, **worker))
+                               worker=dataclasses.replace(settings.worker, **worker),
+                               retention=dataclasses.replace(settings.retention, **kept))
 
 
 @contextlib.contextmanager

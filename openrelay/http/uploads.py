@@ -45,4 +45,5 @@ async def receive_upload(rt: Runtime, key: ApiKey, request: Request, *,
     except BaseException:  # cancelled (the client went away): abort here, without awaiting
         upload.abort()
         raise
-    return await run_in_threadpool(upload.finish, filename=filename, purpose=purpose or fields.get("purpose"))
+    return await run_in_threadpool(upload.finish, filename=filename, purpose=purpose or fields.get("purpose"),
+                                   fields=fields)

@@ -28,6 +28,7 @@ from ..validation.scan import ScanResult, file_lines, inline_lines, scan_records
 from .auth import require, require_budget
 from .create_body import check_create_fields, decode_create_body
 from .estimate import estimate
+from .expiry import output_expiry
 
 __all__ = ["create_batch", "MAX_IDEMPOTENCY_KEY_BYTES"]
 
@@ -82,6 +83,8 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
         raise Conflict('priority "expedited" is not enabled for this organization', code="feature_disabled")
     endpoint, metadata = check_create_fields(body, priority)
     threshold = parse_failure_threshold(body.get("failure_threshold"))
+    output_expires = output_expiry(body.get("output_expires_after"),
+                                   min_seconds=rt.settings.retention.min_expiry_seconds)
     batch_id = new_batch_id()
     new_files: list[dict[str, Any]] = []
     if "input_file_id" in body:
@@ -134,7 +137,8 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
     try:
         rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer,
-                          reserve_for=key if key.has_hard_budget() else None, max_cost_nano_usd=max_cost)
+                          reserve_for=key if key.has_hard_budget() else None, max_cost_nano_usd=max_cost,
+                          output_expires_seconds=output_expires)
     except BudgetExceeded:  # concurrent creates reserved what was left first: the blobs stored for this one go
         for written in [f["blob_key"] for f in new_files] + [dispatch_order_key(batch_id)]:
             with contextlib.suppress(StoreError):  # the 402 is the answer; a blob left behind names no file

@@ -18,11 +18,9 @@ __all__ = ["WINDOWS", "CREATE_FIELDS", "UNSUPPORTED_FIELDS", "decode_create_body
 WINDOWS = ("24h",)
 # The top-level fields of a create; any other is refused by name (OpenAI's "Unrecognized request argument").
 CREATE_FIELDS = ("input_file_id", "requests", "endpoint", "completion_window", "metadata", "priority", "dry_run",
-                 "failure_threshold")
-# Fields the OpenAI API documents that OpenRelay does not honor: refused with the reason, never ignored.
-UNSUPPORTED_FIELDS = {
-    "output_expires_after": "output_expires_after is not supported: result files are kept until they are deleted",
-}
+                 "failure_threshold", "output_expires_after")
+# Fields the OpenAI API documents that OpenRelay does not honor: refused with the reason, never ignored (none now).
+UNSUPPORTED_FIELDS: dict[str, str] = {}
 
 _decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode_requests = msgspec.json.Decoder(list[msgspec.Raw]).decode

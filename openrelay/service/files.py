@@ -12,6 +12,7 @@ from ..runtime import Runtime
 from ..store.files import Files
 from ..types import ApiKey, FileRecord, Scope
 from .auth import require
+from .expiry import upload_expiry
 from .pages import list_page
 from .partial_results import PartialFile, parse_result_file_id, partial_file, read_partial
 
@@ -51,7 +52,13 @@ class Upload:
             self._writer_cm.__exit__(InvalidRequest, InvalidRequest("aborted"), None)
             self._writer_cm = None
 
-    def finish(self, *, filename: str, purpose: str | None) -> FileRecord:
+    def finish(self, *, filename: str, purpose: str | None, fields: dict[str, str] | None = None) -> FileRecord:
+        """Keep the file; ``fields``: the form's text fields (its ``expires_after``)."""
+        try:
+            expires_after = upload_expiry(fields or {}, min_seconds=self.rt.settings.retention.min_expiry_seconds)
+        except InvalidRequest:
+            self.abort()
+            raise
         if purpose not in PURPOSES:
             self.abort()
             raise InvalidRequest(f"purpose must be one of: {', '.join(PURPOSES)}", param="purpose")
@@ -64,7 +71,8 @@ class Upload:
         self._writer_cm.__exit__(None, None, None)
         self._writer_cm = None
         return self.rt.files.add(file_id=self.file_id, org_id=self.key.org_id, purpose=purpose,
-                                 filename=filename or "upload.jsonl", size=self.size, blob_key=self.blob_key)
+                                 filename=filename or "upload.jsonl", size=self.size, blob_key=self.blob_key,
+                                 expires_after=expires_after)
 
 
 def list_files(files: Files, key: ApiKey, *, limit: int, after: str | None, purpose: str | None) -> dict:

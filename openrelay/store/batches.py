@@ -59,17 +59,19 @@ class Batches(BatchLeases):
 
     def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]], *,
                claim: Claim | None = None, answer: bytes = b"", reserve_for: ApiKey | None = None,
-               max_cost_nano_usd: int = 0) -> None:
+               max_cost_nano_usd: int = 0, output_expires_seconds: int | None = None) -> None:
         """The batch, the files made for it (inline input, rejections) and, under an Idempotency-Key, the stored
         ``answer`` appear together or not at all. ``reserve_for``: the key with a hard budget whose reservation of
-        ``max_cost_nano_usd`` is taken in the same transaction, or nothing is made (402, ``store/budgets.py``)."""
+        ``max_cost_nano_usd`` is taken in the same transaction, or nothing is made (402, ``store/budgets.py``).
+        ``output_expires_seconds``: its result files' expiry, which ``Results.finalize`` reads when it makes them."""
         with self.db.write() as conn:
             if reserve_for is not None:
                 reserve(conn, reserve_for, max_cost_nano_usd)
             for values in new_files:
                 insert_file(conn, **values)
             conn.execute(batches.insert().values(**batch_values(batch, created_ns),
-                                                 reserved_nano_usd=max_cost_nano_usd if reserve_for else 0))
+                                                 reserved_nano_usd=max_cost_nano_usd if reserve_for else 0,
+                                                 output_expires_seconds=output_expires_seconds))
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
             if claim is not None:

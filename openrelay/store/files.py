@@ -14,7 +14,7 @@ from ..types import TERMINAL_VALUES, Batch, FileRecord
 from .db import Database, holds_nul, newest_first_after
 from .schema import batches, files
 
-__all__ = ["Files", "FileUses", "insert_file"]
+__all__ = ["Files", "FileUses", "insert_file", "unexpired"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,13 +27,22 @@ class FileUses:
 
 def _file(row: Row) -> FileRecord:
     return FileRecord(id=row.id, org_id=row.org_id, purpose=row.purpose, filename=row.filename,
-                      bytes=row.bytes, created_at=row.created_at, blob_key=row.blob_key)
+                      bytes=row.bytes, created_at=row.created_at, blob_key=row.blob_key, expires_at=row.expires_at)
+
+
+def unexpired() -> sa.ColumnElement[bool]:
+    """A file past its ``expires_at`` is gone on every route at once, whether or not the sweeper deleted it yet."""
+    return sa.or_(files.c.expires_at.is_(None), files.c.expires_at > now())
 
 
 def insert_file(conn: Connection, *, file_id: str, org_id: str, purpose: str, filename: str, size: int,
-                blob_key: str) -> None:
-    conn.execute(files.insert().values(id=file_id, org_id=org_id, purpose=purpose, filename=filename,
-                                       bytes=size, created_at=now(), created_ns=now_ns(), blob_key=blob_key))
+                blob_key: str, expires_after: int | None = None, created_at: int | None = None) -> None:
+    """A file row; ``expires_after`` seconds: it expires that long after its ``created_at``."""
+    created_at = now() if created_at is None else created_at
+    expires_at = None if expires_after is None else created_at + expires_after
+    conn.execute(files.insert().values(
+        id=file_id, org_id=org_id, purpose=purpose, filename=filename, bytes=size, created_at=created_at,
+        created_ns=now_ns(), blob_key=blob_key, expires_at=expires_at))
 
 
 class Files:
@@ -41,10 +50,10 @@ class Files:
         self.db = db
 
     def add(self, *, file_id: str, org_id: str, purpose: str, filename: str, size: int,
-            blob_key: str) -> FileRecord:
+            blob_key: str, expires_after: int | None = None) -> FileRecord:
         with self.db.write() as conn:
             insert_file(conn, file_id=file_id, org_id=org_id, purpose=purpose, filename=filename, size=size,
-                        blob_key=blob_key)
+                        blob_key=blob_key, expires_after=expires_after)
         return self.get(org_id, file_id)
 
     def get(self, org_id: str, file_id: str) -> FileRecord:
@@ -52,14 +61,15 @@ class Files:
         row = None
         if not holds_nul(file_id):
             with self.db.read() as conn:
-                row = conn.execute(sa.select(files).where(files.c.id == file_id, files.c.org_id == org_id)).first()
+                row = conn.execute(sa.select(files).where(files.c.id == file_id, files.c.org_id == org_id,
+                                                          unexpired())).first()
         if row is None:
             raise no_such("File", file_id, param="file_id")
         return _file(row)
 
     def list(self, org_id: str, *, limit: int, after: str | None, purpose: str | None,
              ) -> tuple[list[FileRecord], bool]:
-        query = sa.select(files).where(files.c.org_id == org_id)
+        query = sa.select(files).where(files.c.org_id == org_id, unexpired())
         if holds_nul(purpose):
             query = query.where(sa.false())  # no purpose holds NUL (and PostgreSQL cannot be asked about one)
         elif purpose:

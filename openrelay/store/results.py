@@ -127,19 +127,20 @@ class Results:
         """
         stamp = now()
         with self.db.write() as conn:
-            current, key_id, reserved = conn.execute(
-                sa.select(batches.c.status, batches.c.key_id, batches.c.reserved_nano_usd)
+            current, key_id, reserved, expires_after = conn.execute(
+                sa.select(batches.c.status, batches.c.key_id, batches.c.reserved_nano_usd,
+                          batches.c.output_expires_seconds)
                 .where(batches.c.id == batch_id)).one()
             if status is BatchStatus.COMPLETED and current == BatchStatus.CANCELLING.value:
                 # Cancelled while finalizing: every record ran, but the user asked to cancel; say so.
                 status = BatchStatus.CANCELLED
             self._finalize(conn, batch_id, worker_id, status=status, output=output, error=error, org_id=org_id,
-                           unrun=unrun, errors=errors, stamp=stamp)
+                           unrun=unrun, errors=errors, stamp=stamp, expires_after=expires_after)
             release(conn, batch_id=batch_id, key_id=key_id, reserved=reserved)  # after the lease's fence
 
     def _finalize(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
                   output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,
-                  errors: list[dict] | None, stamp: int) -> None:
+                  errors: list[dict] | None, stamp: int, expires_after: int | None = None) -> None:
         failed = batches.c.total - batches.c.completed if unrun is None else batches.c.failed + unrun
         values: dict = {"status": status.value, "lease_owner": None, "lease_expires_at": None,
                         f"{status.value}_at": stamp, "failed": failed, "retry_at": None}
@@ -151,7 +152,8 @@ class Results:
             if result is None:
                 continue
             insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
-                        filename=result.filename, size=result.size, blob_key=result.blob_key)
+                        filename=result.filename, size=result.size, blob_key=result.blob_key,
+                        expires_after=expires_after, created_at=stamp)
             values[column] = result.file_id
         done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                             .values(**values))

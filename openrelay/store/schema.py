@@ -59,7 +59,9 @@ files = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("created_ns", BigInteger, nullable=False),  # ordering; created_at has only second precision
     Column("blob_key", String(200), nullable=False),
+    Column("expires_at", BigInteger),  # 404 from then on, and the sweeper deletes it (migration 0014); null: kept
     Index("ix_files_org_order", "org_id", "created_ns"),
+    Index("ix_files_expires", "expires_at"),
 )
 
 batches = Table(
@@ -108,6 +110,7 @@ batches = Table(
     Column("throughput_window", Text),  # the last minute's flushes, per second (store/throughput.py); JSON or null
     Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
     Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # of its key's hard budget (0016)
+    Column("output_expires_seconds", Integer),  # output_expires_after.seconds: its result files' expiry (0014)
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
     Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
@@ -295,4 +298,27 @@ webhook_attempts = Table(
     Column("duration_ms", Integer, nullable=False),
     Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
     Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
+)
+
+# -- expiry and retention (store/retention.py, worker/sweeper.py, migration 0014) --------------------------------
+__all__ += ["sweeps", "blob_deletions"]
+
+# The sweeper's lease: one row per sweep, taken by the database's clock, so one pass runs at a time across the fleet.
+sweeps = Table(
+    "sweeps",
+    metadata,
+    Column("name", String(40), primary_key=True),
+    Column("owner", String(80)),  # the worker running a pass now; null between passes
+    Column("lease_expires_at", Float),
+    Column("next_pass_at", Float, nullable=False),
+)
+
+# Blobs whose rows were deleted, queued in that same transaction and deleted by the sweeper after it: a process
+# killed in between leaves them queued, never orphaned. ``folder``: everything under the key (a batch's folder).
+blob_deletions = Table(
+    "blob_deletions",
+    metadata,
+    Column("blob_key", String(200), primary_key=True),
+    Column("folder", Boolean, nullable=False),
+    Column("queued_at", BigInteger, nullable=False),
 )

@@ -1,0 +1,54 @@
+"""`orl admin prune [--dry-run]`: the sweeper's work on demand (worker/sweeper.py), on the store and blob store
+`orl admin` was given; prints what it removed, or with --dry-run what it would remove, as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import orjson
+import typer
+
+from ..config import RetentionSettings, Settings, env_var
+from .admin import store_places
+
+__all__ = ["prune"]
+
+
+def prune(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; remove nothing.")] = False,
+    retention_days: Annotated[float | None, typer.Option(min=0, help="Batches that ended more than this many days "
+                                                         "ago go too (default: env "
+                                                         f"{env_var(RetentionSettings, 'retention_days')}, else "
+                                                         "none).")] = None,
+) -> None:
+    """Delete expired files, batches past the retention (with their files and bytes) and old bookkeeping rows."""
+    from ..errors import OpenRelayError
+    from ..runtime import open_blob_store
+    from ..store.db import Database
+    from ..store.retention import Retention
+    from ..worker.sweeper import prune as prune_now
+
+    url, data_dir, blob_url = store_places()
+    try:
+        settings = Settings.build(data_dir=data_dir, database_url=url, blob_url=blob_url)
+        retention = settings.retention
+        if retention_days is not None:
+            retention = dataclasses.replace(retention, retention_days=retention_days)
+        blobs = open_blob_store(settings)
+        db = Database(url)
+        db.migrate()
+        try:
+            swept = prune_now(Retention(db), blobs, retention, dry_run=dry_run)
+        finally:
+            db.dispose()
+    except OpenRelayError as exc:
+        typer.echo(f"orl: {exc.message}", err=True)
+        raise typer.Exit(1) from None
+    shown = swept.as_json()
+    if dry_run:
+        shown.pop("blobs")
+    typer.echo(orjson.dumps({"dry_run": dry_run, "retention_days": retention.retention_days,
+                             "would_remove" if dry_run else "removed": shown}, option=orjson.OPT_INDENT_2).decode())
+    said = ", ".join(f"{value} {name}" for name, value in shown.items() if value)
+    typer.echo(f"{'would remove' if dry_run else 'removed'}: {said or 'nothing'}", err=True)

@@ -1,0 +1,57 @@
+"""What a store holds, read straight from it: rows per table, and the blobs' count and bytes (a local directory or
+an S3 prefix). The retention tests and bench/bench_retention.py compare these with a baseline."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import obstore
+import sqlalchemy as sa
+
+from openrelay.store.db import normalize_url
+from openrelay.store.schema import metadata
+
+__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where"]
+
+
+def table_rows(database_url: str) -> dict[str, int]:
+    """Rows in every table of the schema, by name."""
+    engine = sa.create_engine(normalize_url(database_url))
+    try:
+        with engine.connect() as conn:
+            return {str(t.name): conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+                    for t in metadata.sorted_tables}
+    finally:
+        engine.dispose()
+
+
+def rows_where(database_url: str, table: str, **equal: Any) -> list[dict[str, Any]]:
+    """The rows of ``table`` whose columns equal ``equal``, as dicts."""
+    engine = sa.create_engine(normalize_url(database_url))
+    t = metadata.tables[table]
+    try:
+        with engine.connect() as conn:
+            query = sa.select(t).where(*(t.c[name] == value for name, value in equal.items()))
+            return [dict(row._mapping) for row in conn.execute(query)]
+    finally:
+        engine.dispose()
+
+
+def local_blobs(folder: Path) -> dict[str, int]:
+    """Every blob under a local blob directory: key -> bytes. A folder or blob deleted while it is walked (the
+    sweeper at work) is left out, not an error."""
+    found: dict[str, int] = {}
+    for parent, _folders, names in os.walk(folder):
+        for name in names:
+            path = Path(parent) / name
+            with contextlib.suppress(FileNotFoundError):
+                found[str(path.relative_to(folder))] = path.stat().st_size
+    return found
+
+
+def s3_blobs(store: Any, prefix: str) -> dict[str, int]:
+    """Every object under ``prefix`` of an obstore S3 store: key -> bytes."""
+    return {meta["path"]: meta["size"] for batch in obstore.list(store, prefix=prefix) for meta in batch}
