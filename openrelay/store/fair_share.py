@@ -18,21 +18,26 @@ from sqlalchemy.engine import Connection
 from ..types import CLAIMABLE_VALUES, BatchStatus
 from .schema import batches, model_shares, organizations
 
-__all__ = ["Share", "NEVER_STARTED", "fair_order", "record_start", "read_shares"]
+__all__ = ["Share", "NEVER_STARTED", "fair_queue", "record_start", "read_shares"]
 
 # The turn of an organization that never started a batch of the model: before every clock reading.
 NEVER_STARTED = 0.0
 
 
-def fair_order(model: str) -> list[sa.ColumnElement]:
-    """ORDER BY terms, within a tier, for the queued rows of ``batches`` of ``model``."""
-    mine = batches.alias("running_of_org")
-    org_running = sa.select(sa.func.count()).where(
-        mine.c.model == model, mine.c.org_id == batches.c.org_id, mine.c.started.is_(True),
-        mine.c.status.in_(CLAIMABLE_VALUES)).scalar_subquery()
-    last_start = sa.select(model_shares.c.last_started_at).where(
-        model_shares.c.model == model, model_shares.c.org_id == batches.c.org_id).scalar_subquery()
-    return [org_running, sa.func.coalesce(last_start, NEVER_STARTED), batches.c.created_ns]
+def fair_queue(model: str) -> tuple[sa.FromClause, list[sa.ColumnElement]]:
+    """The queued rows' source (``batches`` joined to each organization's running count and turn) and the ORDER
+    BY terms, within a tier. The running counts are one aggregate over the model's running batches (at most its
+    slots), joined by organization: a count per queued row would read every batch of the model in progress once
+    per queued batch, which took 5 s a claim on PostgreSQL with 1,400 queued."""
+    running = (sa.select(batches.c.org_id, sa.func.count().label("batches"))
+               .where(batches.c.model == model, batches.c.started.is_(True), batches.c.status.in_(CLAIMABLE_VALUES))
+               .group_by(batches.c.org_id).subquery("running_of_org"))
+    turns = (sa.select(model_shares.c.org_id, model_shares.c.last_started_at)
+             .where(model_shares.c.model == model).subquery("turns"))
+    source = (batches.outerjoin(running, running.c.org_id == batches.c.org_id)
+              .outerjoin(turns, turns.c.org_id == batches.c.org_id))
+    return source, [sa.func.coalesce(running.c.batches, 0), sa.func.coalesce(turns.c.last_started_at, NEVER_STARTED),
+                    batches.c.created_ns]
 
 
 def record_start(conn: Connection, *, model: str, org_id: str, clock: float, is_sqlite: bool) -> None:

@@ -13,7 +13,7 @@ from ..ids import now
 from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
-from .fair_share import Share, fair_order, read_shares, record_start
+from .fair_share import Share, fair_queue, read_shares, record_start
 from .schema import batches
 
 __all__ = ["BatchLeases"]
@@ -91,11 +91,11 @@ class BatchLeases:
                 batches.c.status.in_(CLAIMABLE_VALUES))).scalar_one()
             if running >= model_slots:
                 continue
-            row = conn.execute(sa.select(batches.c.id, batches.c.model, batches.c.org_id).where(
+            source, fair_order = fair_queue(model)
+            row = conn.execute(sa.select(batches.c.id, batches.c.model, batches.c.org_id).select_from(source).where(
                 batches.c.model == model, batches.c.started.is_(False),
                 batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),
-            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), *fair_order(model))
-              .limit(1)).first()
+            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), *fair_order).limit(1)).first()
             if row is not None:
                 return row
         return None
