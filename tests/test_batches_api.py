@@ -430,9 +430,9 @@ def test_models_lists_the_catalog(server):
     resp = server.http("GET", "/models")
     assert resp.status_code == 200
     assert resp.json() == {"object": "list", "data": [
-        {"id": "test/echo", "object": "model", "owned_by": "openrelay",
+        {"id": "test/echo", "object": "model", "created": 0, "owned_by": "openrelay",
          "endpoints": ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]},
-        {"id": "test/embed", "object": "model", "owned_by": "openrelay", "endpoints": ["/v1/embeddings"]},
+        {"id": "test/embed", "object": "model", "created": 0, "owned_by": "openrelay", "endpoints": ["/v1/embeddings"]},
     ]}
     assert [m.id for m in server.client().models.list()] == ["test/echo", "test/embed"]
     error_of(server.http("GET", "/models", api_key=""), 401, "invalid_api_key")
