@@ -127,6 +127,9 @@ class WebhookSettings:
     give_up_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_GIVE_UP_SECONDS")
     timeout_seconds: float = setting(10.0, "OPENRELAY_WEBHOOK_TIMEOUT_SECONDS")
     poll_seconds: float = setting(1.0, "OPENRELAY_WEBHOOK_POLL_SECONDS")  # a worker's loop looks for due deliveries
+    # After `orl admin webhook rotate`, the replaced secret signs beside the new one this long.
+    rotation_overlap_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS")
+    log_keep_seconds: float = setting(2_592_000.0, "OPENRELAY_WEBHOOK_LOG_KEEP_SECONDS")  # then a delivery's log goes
 
 
 # Each group by its attribute on Settings.

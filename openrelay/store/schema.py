@@ -215,6 +215,12 @@ webhook_endpoints = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("created_ns", BigInteger, nullable=False),
     Column("removed_at", BigInteger),
+    # Migration 0018: the secret a rotation replaced signs beside ``secret`` until ``rotated_at`` (the database's
+    # clock) plus the overlap (config.WebhookSettings.rotation_overlap_seconds); ``events``: the event types it
+    # gets, comma-separated (null: every type).
+    Column("previous_secret", String(100)),
+    Column("rotated_at", Float),
+    Column("events", String(400)),
     Index("ix_webhook_endpoints_org", "org_id", "created_ns"),
 )
 
@@ -249,8 +255,10 @@ webhook_deliveries = Table(
     Column("claim_token", String(32)),  # the claim of the loop attempting it now; its result is fenced by it
     Column("last_attempt_at", Float),
     Column("delivered_at", Float),
+    Column("id", String(64)),  # whd_ + hex (migration 0018), what `orl admin webhook replay` names; always set
     PrimaryKeyConstraint("event_id", "endpoint_id"),
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+    Index("ix_webhook_deliveries_id", "id", unique=True),
 )
 
 # The delivery log: every attempt, its answer or why there was none.
@@ -269,4 +277,5 @@ webhook_attempts = Table(
     Column("duration_ms", Integer, nullable=False),
     Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
     Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
+    Index("ix_webhook_attempts_time", "attempted_at"),  # pruning by age (migration 0018)
 )

@@ -1,0 +1,12 @@
+-- Webhooks, issue 25 (openrelay/store/webhook_endpoints.py, webhook_outbox.py): an endpoint's secret rotation
+-- (the secret it replaced, which signs beside the new one for the overlap after rotated_at), the event types it
+-- subscribes to (a comma-separated list; null: every type), and an id per delivery, for replays. Deliveries from
+-- before get an id made of their event's and endpoint's, unique as that pair is.
+ALTER TABLE webhook_endpoints ADD COLUMN previous_secret VARCHAR(100);
+ALTER TABLE webhook_endpoints ADD COLUMN rotated_at DOUBLE PRECISION;
+ALTER TABLE webhook_endpoints ADD COLUMN events VARCHAR(400);
+ALTER TABLE webhook_deliveries ADD COLUMN id VARCHAR(64);
+UPDATE webhook_deliveries SET id = 'whd_' || substr(event_id, 5) || substr(endpoint_id, 4);
+CREATE UNIQUE INDEX ix_webhook_deliveries_id ON webhook_deliveries (id);
+-- The pruning of the delivery log (WebhookOutbox.prune_delivery_log) deletes by age.
+CREATE INDEX ix_webhook_attempts_time ON webhook_attempts (attempted_at);

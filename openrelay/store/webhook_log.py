@@ -1,0 +1,90 @@
+"""The webhook deliveries an operator or an organization acts on after the fact: replaying one (sent again by the
+delivery loops, with its event's ``webhook-id`` and body) and pruning the delivery log past its age.
+
+A replay puts the delivery back in the outbox (``store/webhook_outbox.py``), due now, in one transaction: it is
+durable before anything is sent, and the loops send it as they send every delivery. Every time is the database's
+clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..errors import Conflict, NotFound
+from .db import Database, holds_nul
+from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
+from .webhook_outbox import PENDING
+
+__all__ = ["WebhookLog", "ReplayedDelivery", "PrunedLog"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayedDelivery:
+    id: str
+    event_id: str
+    endpoint_id: str
+    attempts: int  # made so far: the replay is attempt ``attempts + 1``
+    previous_state: str  # what it was before the replay: delivered, failed, pending
+
+    def as_api(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "webhook_delivery", "event_id": self.event_id,
+                "endpoint_id": self.endpoint_id, "state": PENDING, "previous_state": self.previous_state,
+                "attempts": self.attempts}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrunedLog:
+    attempts: int
+    deliveries: int
+    events: int
+
+
+class WebhookLog:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def replay_delivery(self, delivery_id: str, org_id: str | None = None) -> ReplayedDelivery:
+        """Due again now, whatever became of it (delivered, given up, still retrying), as a new attempt, with a
+        fresh retry window; a claim in flight is dropped, so that attempt's outcome no longer decides its state.
+        404 for an unknown id (or another organization's); 409 when its endpoint was removed."""
+        d, e = webhook_deliveries.c, webhook_endpoints.c
+        with self.db.write() as conn:
+            row = None
+            if not holds_nul(delivery_id):
+                query = (sa.select(d.event_id, d.endpoint_id, d.state, d.attempts, e.removed_at)
+                         .select_from(webhook_deliveries.join(webhook_endpoints, e.id == d.endpoint_id))
+                         .where(d.id == delivery_id))
+                if org_id is not None:
+                    query = query.where(d.org_id == org_id)
+                row = conn.execute(query).first()
+            if row is None:
+                raise NotFound(f"No such webhook delivery: {delivery_id}", param="delivery_id")
+            if row.removed_at is not None:
+                raise Conflict(f"webhook delivery {delivery_id} cannot be replayed: its endpoint {row.endpoint_id} "
+                               "was removed", code="webhook_endpoint_removed", param="delivery_id")
+            clock = self.db.clock(conn)
+            conn.execute(webhook_deliveries.update().where(d.id == delivery_id).values(
+                state=PENDING, next_attempt_at=clock, enqueued_at=clock, claim_token=None))
+        return ReplayedDelivery(id=delivery_id, event_id=row.event_id, endpoint_id=row.endpoint_id,
+                                attempts=row.attempts, previous_state=row.state)
+
+    def prune_delivery_log(self, *, older_than: float) -> PrunedLog:
+        """Delete the log of what is over: attempts made more than ``older_than`` seconds ago, then deliveries
+        no longer pending whose last attempt (or enqueueing) is that old and that have no attempt left, then
+        events with neither. A pending delivery and its event stay, however old."""
+        a, d, ev = webhook_attempts.c, webhook_deliveries.c, webhook_events.c
+        with self.db.write() as conn:
+            cutoff = self.db.clock(conn) - older_than
+            pending = sa.exists().where(d.event_id == a.event_id, d.endpoint_id == a.endpoint_id,
+                                        d.state == PENDING)
+            attempts = conn.execute(webhook_attempts.delete().where(a.attempted_at < cutoff, ~pending)).rowcount
+            logged = sa.exists().where(a.event_id == d.event_id, a.endpoint_id == d.endpoint_id)
+            deliveries = conn.execute(webhook_deliveries.delete().where(
+                d.state != PENDING, sa.func.coalesce(d.last_attempt_at, d.enqueued_at) < cutoff, ~logged)).rowcount
+            events = conn.execute(webhook_events.delete().where(
+                ev.created_at < cutoff, ~sa.exists().where(d.event_id == ev.id),
+                ~sa.exists().where(a.event_id == ev.id))).rowcount
+        return PrunedLog(attempts=attempts, deliveries=deliveries, events=events)
