@@ -224,11 +224,12 @@ def webhook_add(
                                                     "batch.completed,batch.failed (default: every type).")] = None,
 ) -> None:
     """Register an endpoint; prints only its signing secret (whsec_...) on stdout (it is shown once)."""
-    from ..service.webhooks import register_endpoint
+    from ..service.webhooks import event_types, register_endpoint
 
     try:
+        subscribed = None if events is None else event_types([e.strip() for e in events.split(",")])
         endpoint, secret = register_endpoint(_webhooks(), _catalog(catalog), _accounts().org_by_name(org).id, url,
-                                             None if events is None else [e.strip() for e in events.split(",")])
+                                             subscribed)
     except OpenRelayError as exc:
         _fail(exc)
     typer.echo(f"webhook endpoint {endpoint.id} of {org}: {endpoint.url}", err=True)

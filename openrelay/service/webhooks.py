@@ -28,11 +28,9 @@ MAX_ENDPOINTS = 16  # per organization: every terminal status writes a delivery 
 _CREATE_FIELDS = {"url", "events"}
 
 
-def event_types(events: object) -> tuple[str, ...] | None:
-    """The event types an endpoint subscribes to (None: every one, when ``events`` is None), or the 400 naming
-    ``events``: a non-empty list of the types ``ALL_EVENT_TYPES`` names."""
-    if events is None:
-        return None
+def event_types(events: object) -> tuple[str, ...]:
+    """The event types an endpoint subscribes to, in ``ALL_EVENT_TYPES``'s order, or the 400 naming ``events``:
+    they must be a non-empty list of the types ``ALL_EVENT_TYPES`` names."""
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
         raise InvalidRequest(f"events must be a non-empty list of event types ({', '.join(ALL_EVENT_TYPES)})",
                              param="events")
@@ -43,16 +41,15 @@ def event_types(events: object) -> tuple[str, ...] | None:
     return tuple(e for e in ALL_EVENT_TYPES if e in events)
 
 
-def register_endpoint(store: WebhookStore, catalog: Catalog, org_id: str, url: object, events: object = None,
-                      ) -> tuple[WebhookEndpoint, str]:
-    """The new endpoint, subscribed to ``events`` (None: every type), and its signing secret (``whsec_...``),
-    which is never shown again."""
+def register_endpoint(store: WebhookStore, catalog: Catalog, org_id: str, url: object,
+                      events: tuple[str, ...] | None = None) -> tuple[WebhookEndpoint, str]:
+    """The new endpoint, subscribed to ``events`` (``event_types``; None: every type), and its signing secret
+    (``whsec_...``), which is never shown again."""
     problem = webhook_url_problem(url, catalog)
     if problem is not None:
         raise InvalidRequest(problem, param="url")
-    subscribed = event_types(events)
     secret = new_secret()
-    endpoint = store.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS, events=subscribed)
+    endpoint = store.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS, events=events)
     if endpoint is None:
         raise Conflict(f"an organization may have at most {MAX_ENDPOINTS} webhook endpoints; remove one first",
                        code="webhook_limit_reached")
@@ -90,7 +87,8 @@ def create_webhook(store: WebhookStore, catalog: Catalog, key: ApiKey, raw: byte
     reject_unrecognized(body, _CREATE_FIELDS)
     if "url" not in body:
         raise InvalidRequest("url is required", param="url")
-    endpoint, secret = register_endpoint(store, catalog, key.org_id, body["url"], body.get("events"))
+    events = event_types(body["events"]) if "events" in body else None
+    endpoint, secret = register_endpoint(store, catalog, key.org_id, body["url"], events)
     return {**endpoint.as_api(), "secret": secret}
 
 
