@@ -1,6 +1,7 @@
 """Managing webhook endpoints after they are made (issue 25), end to end against a real receiver process: secret
 rotation (both secrets verify with the `standardwebhooks` package during the overlap, only the new one after),
-event filters, replays of delivered and given-up deliveries, and the workers pruning the delivery log.
+event filters, an endpoint's deliveries, replays of delivered and given-up deliveries, and the workers pruning
+the delivery log.
 
 The store's side of each is in tests/test_webhooks_store.py.
 """
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from schemathesis import checks as st_checks
 from standardwebhooks import WebhookVerificationError
 
 from tests.conftest import Servers, end_live_batches
@@ -19,7 +21,8 @@ from tests.support.batches import chat, create, wait_for
 from tests.support.server import Server
 from tests.support.test_engine import EngineControl
 from tests.support.webhook_receiver import Receiver, running_receiver
-from tests.test_webhooks import FAST, delivery_log, hook_catalog, name, register, verified
+from tests.test_openapi import CHECKS
+from tests.test_webhooks import FAST, SCHEMA, delivery_log, hook_catalog, name, register, verified
 
 OVERLAP = "OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS"
 
@@ -195,10 +198,17 @@ def test_admin_refuses_unknown_event_types(org: Server) -> None:
 def test_a_delivered_event_is_replayed_with_the_same_webhook_id(org: Server, receiver: Receiver) -> None:
     hook = name()
     made = register(org, receiver.url(hook))
-    completed_batch(org, "r1")
+    batch_id = completed_batch(org, "r1")
     [first] = receiver.wait_for(hook, lambda r: len(r) == 1, "the event")
     [logged] = wait_for(lambda: delivery_log(org, "--endpoint", made["id"]), "the attempt in the log")
     assert logged["delivery_id"].startswith("whd_") and logged["delivery_state"] == "delivered"
+    # The organization finds it through the API too.
+    listed = org.http("GET", f"/webhooks/{made['id']}/deliveries").json()
+    assert listed["has_more"] is False and [d["id"] for d in listed["data"]] == [logged["delivery_id"]]
+    delivery = listed["data"][0]
+    assert (delivery["event_id"], delivery["type"], delivery["batch_id"], delivery["state"], delivery["attempts"]) == (
+        logged["event_id"], "batch.completed", batch_id, "delivered", 1)
+    assert delivery["next_attempt_at"] is None and delivery["delivered_at"] >= delivery["created_at"] - 1
 
     answer = org.http("POST", f"/webhooks/deliveries/{logged['delivery_id']}/replay")
     assert answer.status_code == 200, answer.text
@@ -234,6 +244,46 @@ def test_a_given_up_delivery_is_replayed_by_the_operator(make_server, engine_url
     after = wait_for(lambda: (found := delivery_log(server, "--endpoint", made["id"]))
                      and found[0]["outcome"] == "delivered" and found, "the replay's attempt in the log")
     assert after[0]["attempt"] == len(log) + 1 and after[0]["delivery_state"] == "delivered"
+
+
+def test_deliveries_are_listed_newest_first_page_by_page(org: Server, receiver: Receiver) -> None:
+    hook = name()
+    made = register(org, receiver.url(hook))
+    older, newer = completed_batch(org, "l1"), completed_batch(org, "l2")
+    receiver.wait_for(hook, lambda r: len(r) == 2, "both events")
+    path = f"/webhooks/{made['id']}/deliveries"
+    first = org.http("GET", path, params={"limit": 1}).json()
+    assert first["has_more"] is True and [d["batch_id"] for d in first["data"]] == [newer]
+    second = org.http("GET", path, params={"limit": 1, "after": first["last_id"]}).json()
+    assert second["has_more"] is False and [d["batch_id"] for d in second["data"]] == [older]
+    for params, status in (({"limit": 0}, 400), ({"limit": 101}, 400), ({"limit": "many"}, 400),
+                           ({"after": "whd_nope"}, 404)):
+        assert org.http("GET", path, params=params).status_code == status, params
+    assert org.for_new_org().http("GET", path).status_code == 404  # another organization's endpoint
+    reader = org.new_org_key(None, "--scopes", "batch.read")
+    assert org.http("GET", path, api_key=reader).status_code == 403
+
+
+def test_the_new_routes_answer_as_documented(org: Server, receiver: Receiver) -> None:
+    def call(method: str, path: str, expect: int, **case: object) -> dict:
+        response = SCHEMA[path][method].Case(**case).call_and_validate(
+            base_url=org.base_url.removesuffix("/v1"), headers={"Authorization": f"Bearer {org.api_key}"},
+            checks=[getattr(st_checks, check) for check in CHECKS])
+        assert response.status_code == expect, response.text
+        return response.json()
+
+    made = call("POST", "/v1/webhooks", 200, body={"url": receiver.url(name()), "events": ["batch.completed"]})
+    call("POST", "/v1/webhooks", 400, body={"url": receiver.url(name()), "events": ["nope"]})
+    endpoint = {"webhook_id": made["id"]}
+    call("POST", "/v1/webhooks/{webhook_id}/rotate", 200, path_parameters=endpoint)
+    call("POST", "/v1/webhooks/{webhook_id}/rotate", 404, path_parameters={"webhook_id": "wh_\x00"})
+    completed_batch(org, "d1")
+    listed = wait_for(lambda: (page := call("GET", "/v1/webhooks/{webhook_id}/deliveries", 200,
+                                            path_parameters=endpoint))["data"] and page, "the delivery")
+    call("GET", "/v1/webhooks/{webhook_id}/deliveries", 400, path_parameters=endpoint, query={"limit": 0})
+    replay = "/v1/webhooks/deliveries/{delivery_id}/replay"
+    call("POST", replay, 200, path_parameters={"delivery_id": listed["data"][0]["id"]})
+    call("POST", replay, 404, path_parameters={"delivery_id": "whd_\x00"})
 
 
 def test_replay_refusals(org: Server, receiver: Receiver) -> None:

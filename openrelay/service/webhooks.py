@@ -22,7 +22,8 @@ from .bodies import json_object, reject_unrecognized
 from .pages import list_page
 
 __all__ = ["MAX_ENDPOINTS", "event_types", "register_endpoint", "send_test_event", "rotate_secret",
-           "create_webhook", "list_webhooks", "delete_webhook", "rotate_webhook", "replay_webhook_delivery"]
+           "create_webhook", "list_webhooks", "delete_webhook", "rotate_webhook", "list_webhook_deliveries",
+           "replay_webhook_delivery"]
 
 MAX_ENDPOINTS = 16  # per organization: every terminal status writes a delivery to each, in its transaction
 _CREATE_FIELDS = {"url", "events"}
@@ -117,6 +118,16 @@ def rotate_webhook(store: WebhookStore, settings: Settings, key: ApiKey, webhook
     require(key, Scope.BATCH_WRITE)
     _no_fields(raw)
     return rotate_secret(store, settings, webhook_id, key.org_id)
+
+
+def list_webhook_deliveries(store: WebhookStore, key: ApiKey, webhook_id: str, *, limit: int, after: str | None,
+                            ) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("limit must be between 1 and 100", param="limit")
+    endpoint = store.endpoint(webhook_id, key.org_id)
+    found, more = store.list_deliveries(endpoint.id, limit=limit, after=after)
+    return list_page([delivery.as_api() for delivery in found], has_more=more)
 
 
 def replay_webhook_delivery(store: WebhookStore, key: ApiKey, delivery_id: str, raw: bytes) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The webhook deliveries an operator or an organization acts on after the fact: replaying one (sent again by the
-delivery loops, with its event's ``webhook-id`` and body) and pruning the delivery log past its age.
+"""The webhook deliveries an organization or an operator looks at and acts on after the fact: an endpoint's
+deliveries, newest event first; replaying one (sent again by the delivery loops, with its event's ``webhook-id``
+and body); and pruning the delivery log past its age.
 
 A replay puts the delivery back in the outbox (``store/webhook_outbox.py``), due now, in one transaction: it is
 durable before anything is sent, and the loops send it as they send every delivery. Every time is the database's
@@ -18,7 +19,31 @@ from .db import Database, holds_nul
 from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
 from .webhook_outbox import PENDING
 
-__all__ = ["WebhookLog", "ReplayedDelivery", "PrunedLog"]
+__all__ = ["WebhookLog", "DeliveryView", "ReplayedDelivery", "PrunedLog"]
+
+
+def _seconds(clock: float | None) -> int | None:
+    return None if clock is None else int(clock)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeliveryView:
+    id: str
+    event_id: str
+    event_type: str
+    batch_id: str | None
+    created_at: int  # the event's
+    state: str
+    attempts: int
+    last_attempt_at: float | None
+    delivered_at: float | None
+    next_attempt_at: float | None  # only while pending
+
+    def as_api(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "webhook_delivery", "event_id": self.event_id, "type": self.event_type,
+                "batch_id": self.batch_id, "created_at": self.created_at, "state": self.state,
+                "attempts": self.attempts, "last_attempt_at": _seconds(self.last_attempt_at),
+                "delivered_at": _seconds(self.delivered_at), "next_attempt_at": _seconds(self.next_attempt_at)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +70,34 @@ class PrunedLog:
 class WebhookLog:
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def list_deliveries(self, endpoint_id: str, *, limit: int, after: str | None = None,
+                        ) -> tuple[list[DeliveryView], bool]:
+        """An endpoint's deliveries (the caller found it the organization's), newest event first, after the
+        delivery ``after``; and whether there are more."""
+        d, ev = webhook_deliveries.c, webhook_events.c
+        newest_first = (ev.created_at.desc(), d.event_id.desc())
+        query = (sa.select(d.id, d.event_id, ev.type, ev.batch_id, ev.created_at, d.state, d.attempts,
+                           d.last_attempt_at, d.delivered_at, d.next_attempt_at)
+                 .select_from(webhook_deliveries.join(webhook_events, ev.id == d.event_id))
+                 .where(d.endpoint_id == endpoint_id).order_by(*newest_first).limit(limit + 1))
+        with self.db.read() as conn:
+            if after is not None:
+                mark = None if holds_nul(after) else conn.execute(
+                    sa.select(ev.created_at, d.event_id).select_from(
+                        webhook_deliveries.join(webhook_events, ev.id == d.event_id))
+                    .where(d.id == after, d.endpoint_id == endpoint_id)).first()
+                if mark is None:
+                    raise NotFound(f"No such webhook delivery: {after[:64]}", param="after")
+                query = query.where(sa.or_(ev.created_at < mark.created_at, sa.and_(
+                    ev.created_at == mark.created_at, d.event_id < mark.event_id)))
+            rows = conn.execute(query).all()
+        views = [DeliveryView(id=r.id, event_id=r.event_id, event_type=r.type, batch_id=r.batch_id,
+                              created_at=r.created_at, state=r.state, attempts=r.attempts,
+                              last_attempt_at=r.last_attempt_at, delivered_at=r.delivered_at,
+                              next_attempt_at=r.next_attempt_at if r.state == PENDING else None)
+                 for r in rows[:limit]]
+        return views, len(rows) > limit
 
     def replay_delivery(self, delivery_id: str, org_id: str | None = None) -> ReplayedDelivery:
         """Due again now, whatever became of it (delivered, given up, still retrying), as a new attempt, with a
