@@ -271,3 +271,30 @@ def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -
     with pytest.raises(NotFound):
         store.replay_delivery(by_event[finished_event].delivery_id)
     assert store.prune_delivery_log(older_than=0) == PrunedLog(attempts=0, deliveries=0, events=0)
+
+
+def test_migration_0018_gives_earlier_deliveries_their_ids(tmp_path) -> None:
+    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'm.db'}"
+    database = Database(url)
+    try:
+        database.migrate(upto=17)
+        org_id, _key_id = _org_and_key(database)
+        with database.write() as conn:  # the rows as the delivery loop wrote them before 0018
+            for sql in ("INSERT INTO webhook_endpoints (id, org_id, url, secret, created_at, created_ns) "
+                        "VALUES ('wh_00000000000000aa', :org, 'https://h.example.com/', 'whsec_AAAA', 1, 1)",
+                        "INSERT INTO webhook_events (id, org_id, type, created_at, payload) "
+                        "VALUES ('evt_0000000000000000000000bb', :org, 'webhook.test', 1, '{}')",
+                        "INSERT INTO webhook_deliveries (event_id, endpoint_id, org_id, state, attempts, enqueued_at, "
+                        "next_attempt_at) VALUES ('evt_0000000000000000000000bb', 'wh_00000000000000aa', :org, "
+                        "'failed', 1, 1, 1)"):
+                conn.execute(sa.text(sql), {"org": org_id})
+        assert database.migrate()[0] == 18
+        with database.read() as conn:
+            [delivery_id] = conn.execute(sa.select(webhook_deliveries.c.id)).scalars()
+        assert delivery_id == "whd_0000000000000000000000bb00000000000000aa"
+        replayed = WebhookStore(database).replay_delivery(delivery_id)
+        assert replayed.previous_state == "failed" and replayed.endpoint_id == "wh_00000000000000aa"
+    finally:
+        database.dispose()
+        if BACKEND == "postgres":
+            drop_pg_database(url)
