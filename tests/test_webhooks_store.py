@@ -252,24 +252,30 @@ def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -
     org_id, key_id = _org_and_key(db)
     store = WebhookStore(db)
     endpoint = store.add_endpoint(org_id, "https://h.example.com/p", "whsec_AAAA", limit=16)
-    assert endpoint is not None
+    second = store.add_endpoint(org_id, "https://h.example.com/q", "whsec_AAAA", limit=16)
+    assert endpoint is not None and second is not None
     finished, retrying = _running_batch(db, org_id, key_id), _running_batch(db, org_id, key_id)
     _finalize(db, finished, org_id)
     _finalize(db, retrying, org_id, status=BatchStatus.CANCELLED)
-    by_event = {d.event_id: d for d in store.claim_due(limit=10, hold_seconds=60)}
     [(finished_event, _)], [(retrying_event, _)] = _events(db, finished), _events(db, retrying)
-    store.record_attempt(by_event[finished_event], outcome="delivered", status_code=200, error=None, duration_ms=1,
-                         retry_in=1.0, give_up_after=86_400)
-    store.record_attempt(by_event[retrying_event], outcome="failed", status_code=503, error="x", duration_ms=1,
-                         retry_in=3600.0, give_up_after=86_400)
+    for due in store.claim_due(limit=10, hold_seconds=60):
+        if due.event_id == retrying_event and due.endpoint_id == endpoint.id:  # still being retried
+            store.record_attempt(due, outcome="failed", status_code=503, error="x", duration_ms=1, retry_in=3600.0,
+                                 give_up_after=86_400)
+        else:
+            store.record_attempt(due, outcome="delivered", status_code=200, error=None, duration_ms=1,
+                                 retry_in=1.0, give_up_after=86_400)
+    [finished_delivery] = [a.delivery_id for a in store.attempts(event_id=finished_event, endpoint_id=endpoint.id)]
     assert store.prune_delivery_log(older_than=3600) == PrunedLog(attempts=0, deliveries=0, events=0)  # too young
-    assert len(store.attempts(endpoint_id=endpoint.id)) == 2
+    assert len(store.attempts(org_id=org_id)) == 4
 
-    assert store.prune_delivery_log(older_than=0) == PrunedLog(attempts=1, deliveries=1, events=1)
-    assert [a.event_id for a in store.attempts(endpoint_id=endpoint.id)] == [retrying_event]  # pending: kept
+    # One delivery per transaction: every finished one goes, with its attempts; the event of the retrying one stays.
+    pruned = store.prune_delivery_log(older_than=0, rows_per_transaction=1)
+    assert pruned == PrunedLog(attempts=3, deliveries=3, events=1)
+    assert [(a.event_id, a.endpoint_id) for a in store.attempts(org_id=org_id)] == [(retrying_event, endpoint.id)]
     assert _events(db, finished) == [] and store.delivery_states(retrying_event) == {endpoint.id: "pending"}
     with pytest.raises(NotFound):
-        store.replay_delivery(by_event[finished_event].delivery_id)
+        store.replay_delivery(finished_delivery)
     assert store.prune_delivery_log(older_than=0) == PrunedLog(attempts=0, deliveries=0, events=0)
 
 

@@ -278,4 +278,5 @@ webhook_attempts = Table(
     Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
     Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
     Index("ix_webhook_attempts_time", "attempted_at"),  # pruning by age (migration 0018)
+    Index("ix_webhook_attempts_delivery", "event_id", "endpoint_id"),  # ... and what no attempt names (0018)
 )

@@ -21,6 +21,8 @@ from .webhook_outbox import PENDING
 
 __all__ = ["WebhookLog", "DeliveryView", "ReplayedDelivery", "PrunedLog"]
 
+_PRUNE_ROWS = 1000  # deliveries (with their attempts) or events one pruning transaction deletes at most
+
 
 def _seconds(clock: float | None) -> int | None:
     return None if clock is None else int(clock)
@@ -124,20 +126,34 @@ class WebhookLog:
         return ReplayedDelivery(id=delivery_id, event_id=row.event_id, endpoint_id=row.endpoint_id,
                                 attempts=row.attempts, previous_state=row.state)
 
-    def prune_delivery_log(self, *, older_than: float) -> PrunedLog:
-        """Delete the log of what is over: attempts made more than ``older_than`` seconds ago, then deliveries
-        no longer pending whose last attempt (or enqueueing) is that old and that have no attempt left, then
-        events with neither. A pending delivery and its event stay, however old."""
+    def prune_delivery_log(self, *, older_than: float, rows_per_transaction: int = _PRUNE_ROWS) -> PrunedLog:
+        """Delete what is over and older than ``older_than`` seconds: each delivery no longer pending whose last
+        attempt (or enqueueing) is that old, with its attempts, then each event that old left without a delivery.
+        A pending delivery and its event stay, however old. Short transactions of ``rows_per_transaction``
+        deliveries or events each, so that a long log does not hold SQLite's one write lock for long."""
         a, d, ev = webhook_attempts.c, webhook_deliveries.c, webhook_events.c
-        with self.db.write() as conn:
+        with self.db.read() as conn:
             cutoff = self.db.clock(conn) - older_than
-            pending = sa.exists().where(d.event_id == a.event_id, d.endpoint_id == a.endpoint_id,
-                                        d.state == PENDING)
-            attempts = conn.execute(webhook_attempts.delete().where(a.attempted_at < cutoff, ~pending)).rowcount
-            logged = sa.exists().where(a.event_id == d.event_id, a.endpoint_id == d.endpoint_id)
-            deliveries = conn.execute(webhook_deliveries.delete().where(
-                d.state != PENDING, sa.func.coalesce(d.last_attempt_at, d.enqueued_at) < cutoff, ~logged)).rowcount
-            events = conn.execute(webhook_events.delete().where(
-                ev.created_at < cutoff, ~sa.exists().where(d.event_id == ev.id),
-                ~sa.exists().where(a.event_id == ev.id))).rowcount
+        attempts = deliveries = events = 0
+        finished = sa.and_(d.state != PENDING, sa.func.coalesce(d.last_attempt_at, d.enqueued_at) < cutoff)
+        while True:
+            with self.db.write() as conn:
+                keys = [{"event": k.event_id, "endpoint": k.endpoint_id} for k in conn.execute(
+                    sa.select(d.event_id, d.endpoint_id).where(finished).limit(rows_per_transaction)).all()]
+                if keys:  # one statement per delivery, on its index (SQLite scans for a (a, b) IN list)
+                    attempts += conn.execute(webhook_attempts.delete().where(
+                        a.event_id == sa.bindparam("event"), a.endpoint_id == sa.bindparam("endpoint")), keys).rowcount
+                    deliveries += conn.execute(webhook_deliveries.delete().where(
+                        d.event_id == sa.bindparam("event"), d.endpoint_id == sa.bindparam("endpoint")), keys).rowcount
+            if len(keys) < rows_per_transaction:
+                break
+        while True:
+            with self.db.write() as conn:
+                ids = list(conn.execute(sa.select(ev.id).where(
+                    ev.created_at < cutoff, ~sa.exists().where(d.event_id == ev.id)).limit(rows_per_transaction)
+                ).scalars())
+                if ids:
+                    events += conn.execute(webhook_events.delete().where(ev.id.in_(ids))).rowcount
+            if len(ids) < rows_per_transaction:
+                break
         return PrunedLog(attempts=attempts, deliveries=deliveries, events=events)

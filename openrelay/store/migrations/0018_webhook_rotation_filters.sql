@@ -8,5 +8,7 @@ ALTER TABLE webhook_endpoints ADD COLUMN events VARCHAR(400);
 ALTER TABLE webhook_deliveries ADD COLUMN id VARCHAR(64);
 UPDATE webhook_deliveries SET id = 'whd_' || substr(event_id, 5) || substr(endpoint_id, 4);
 CREATE UNIQUE INDEX ix_webhook_deliveries_id ON webhook_deliveries (id);
--- The pruning of the delivery log (WebhookOutbox.prune_delivery_log) deletes by age.
+-- The pruning of the delivery log (WebhookLog.prune_delivery_log) deletes attempts by age, then the deliveries and
+-- events no attempt names any more.
 CREATE INDEX ix_webhook_attempts_time ON webhook_attempts (attempted_at);
+CREATE INDEX ix_webhook_attempts_delivery ON webhook_attempts (event_id, endpoint_id);
