@@ -105,8 +105,6 @@ def delete_webhook(store: WebhookStore, key: ApiKey, webhook_id: str) -> dict[st
     return {"id": removed.id, "object": "webhook_endpoint.deleted", "deleted": True}
 
 
-
-
 def _no_fields(raw: bytes) -> None:
     """A route that takes no fields: an empty body, or an empty JSON object."""
     if raw.strip():

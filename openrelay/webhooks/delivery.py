@@ -47,9 +47,8 @@ class Attempt:
 
     def as_json(self) -> dict[str, object]:
         return {"delivery_id": self.delivery_id, "event_id": self.event_id, "endpoint_id": self.endpoint_id,
-                "attempt": self.attempt,
-                "outcome": self.outcome, "status_code": self.status_code, "error": self.error,
-                "delivery_state": self.state}
+                "attempt": self.attempt, "outcome": self.outcome, "status_code": self.status_code,
+                "error": self.error, "delivery_state": self.state}
 
 
 def retry_backoff(settings: Settings) -> Backoff:
