@@ -40,7 +40,7 @@ def fill(db: Database, store: WebhookStore, org_id: str, endpoint_id: str, event
             conn.execute(webhook_deliveries.insert(), [
                 {"id": new_webhook_delivery_id(), "event_id": e, "endpoint_id": endpoint_id, "org_id": org_id,
                  "state": "delivered", "attempts": attempts, "enqueued_at": at, "next_attempt_at": at,
-                 "last_attempt_at": at, "delivered_at": at} for e in rows])
+                 "last_attempt_at": at, "delivered_at": at, "created_at": at} for e in rows])
             conn.execute(webhook_attempts.insert(), [
                 {"id": new_webhook_attempt_id(), "event_id": e, "endpoint_id": endpoint_id, "org_id": org_id,
                  "attempt": n, "attempted_at": at, "outcome": "delivered", "status_code": 200, "duration_ms": 1}

@@ -296,8 +296,9 @@ def test_migration_0018_gives_earlier_deliveries_their_ids(tmp_path) -> None:
                 conn.execute(sa.text(sql), {"org": org_id})
         assert database.migrate()[0] == 18
         with database.read() as conn:
-            [delivery_id] = conn.execute(sa.select(webhook_deliveries.c.id)).scalars()
-        assert delivery_id == "whd_0000000000000000000000bb00000000000000aa"
+            [(delivery_id, created_at)] = conn.execute(sa.select(webhook_deliveries.c.id,
+                                                                 webhook_deliveries.c.created_at)).all()
+        assert delivery_id == "whd_0000000000000000000000bb00000000000000aa" and created_at == 1.0
         replayed = WebhookStore(database).replay_delivery(delivery_id)
         assert replayed.previous_state == "failed" and replayed.endpoint_id == "wh_00000000000000aa"
     finally:

@@ -256,9 +256,11 @@ webhook_deliveries = Table(
     Column("last_attempt_at", Float),
     Column("delivered_at", Float),
     Column("id", String(64)),  # whd_ + hex (migration 0018), what `orl admin webhook replay` names; always set
+    Column("created_at", Float, nullable=False),  # when it was written (a replay keeps it); migration 0018
     PrimaryKeyConstraint("event_id", "endpoint_id"),
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
     Index("ix_webhook_deliveries_id", "id", unique=True),
+    Index("ix_webhook_deliveries_endpoint_time", "endpoint_id", "created_at"),
 )
 
 # The delivery log: every attempt, its answer or why there was none.

@@ -1,5 +1,5 @@
 """The webhook deliveries an organization or an operator looks at and acts on after the fact: an endpoint's
-deliveries, newest event first; replaying one (sent again by the delivery loops, with its event's ``webhook-id``
+deliveries, newest first; replaying one (sent again by the delivery loops, with its event's ``webhook-id``
 and body); and pruning the delivery log past its age.
 
 A replay puts the delivery back in the outbox (``store/webhook_outbox.py``), due now, in one transaction: it is
@@ -75,10 +75,10 @@ class WebhookLog:
 
     def list_deliveries(self, endpoint_id: str, *, limit: int, after: str | None = None,
                         ) -> tuple[list[DeliveryView], bool]:
-        """An endpoint's deliveries (the caller found it the organization's), newest event first, after the
-        delivery ``after``; and whether there are more."""
+        """An endpoint's deliveries (the caller found it the organization's), newest first (as written, which a
+        replay does not change), after the delivery ``after``; and whether there are more."""
         d, ev = webhook_deliveries.c, webhook_events.c
-        newest_first = (ev.created_at.desc(), d.event_id.desc())
+        newest_first = (d.created_at.desc(), d.id.desc())
         query = (sa.select(d.id, d.event_id, ev.type, ev.batch_id, ev.created_at, d.state, d.attempts,
                            d.last_attempt_at, d.delivered_at, d.next_attempt_at)
                  .select_from(webhook_deliveries.join(webhook_events, ev.id == d.event_id))
@@ -86,13 +86,11 @@ class WebhookLog:
         with self.db.read() as conn:
             if after is not None:
                 mark = None if holds_nul(after) else conn.execute(
-                    sa.select(ev.created_at, d.event_id).select_from(
-                        webhook_deliveries.join(webhook_events, ev.id == d.event_id))
-                    .where(d.id == after, d.endpoint_id == endpoint_id)).first()
+                    sa.select(d.created_at, d.id).where(d.id == after, d.endpoint_id == endpoint_id)).first()
                 if mark is None:
                     raise NotFound(f"No such webhook delivery: {after[:64]}", param="after")
-                query = query.where(sa.or_(ev.created_at < mark.created_at, sa.and_(
-                    ev.created_at == mark.created_at, d.event_id < mark.event_id)))
+                query = query.where(sa.or_(d.created_at < mark.created_at, sa.and_(
+                    d.created_at == mark.created_at, d.id < mark.id)))
             rows = conn.execute(query).all()
         views = [DeliveryView(id=r.id, event_id=r.event_id, event_type=r.type, batch_id=r.batch_id,
                               created_at=r.created_at, state=r.state, attempts=r.attempts,

@@ -121,7 +121,7 @@ def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: st
     targets = sa.select(e.id).where(e.org_id == org_id, e.removed_at.is_(None))
     targets = targets.where(e.id == endpoint_id) if endpoint_id is not None else targets.where(subscribed(event_type))
     rows = [{"id": new_webhook_delivery_id(), "event_id": event_id, "endpoint_id": target, "org_id": org_id,
-             "state": PENDING, "attempts": 0, "enqueued_at": clock, "next_attempt_at": clock}
+             "state": PENDING, "attempts": 0, "enqueued_at": clock, "next_attempt_at": clock, "created_at": clock}
             for target in conn.execute(targets).scalars()]
     if rows:
         conn.execute(webhook_deliveries.insert(), rows)
