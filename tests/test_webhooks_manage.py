@@ -86,6 +86,8 @@ def test_both_secrets_verify_during_the_overlap_and_only_the_new_one_after(make_
     # The same rotation, once its overlap is over: the workers, restarted with a 1 s overlap, judge it by the
     # database's clock and sign with the new secret alone.
     rotated_at = rotated["previous_secret_expires_at"] - 3600
+    wait_for(lambda: [a["delivery_state"] for a in delivery_log(server, "--endpoint", made["id"])] == ["delivered"],
+             "the delivery to be recorded (else the restarted server sends it again)")
     server.stop()
     server.env[OVERLAP] = "1"
     server.start()
