@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openrelay.ids import new_event_id, new_webhook_attempt_id, new_webhook_delivery_id, now  # noqa: E402
+from openrelay.ids import new_event_id, new_webhook_attempt_id, now  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
 from openrelay.store.schema import webhook_attempts, webhook_deliveries, webhook_events  # noqa: E402
@@ -38,7 +38,7 @@ def fill(db: Database, store: WebhookStore, org_id: str, endpoint_id: str, event
                 {"id": e, "org_id": org_id, "type": "batch.completed", "created_at": int(at), "payload": "{}"}
                 for e in rows])
             conn.execute(webhook_deliveries.insert(), [
-                {"id": new_webhook_delivery_id(), "event_id": e, "endpoint_id": endpoint_id, "org_id": org_id,
+                {"id": f"whd_{e[4:]}{endpoint_id[3:]}", "event_id": e, "endpoint_id": endpoint_id, "org_id": org_id,
                  "state": "delivered", "attempts": attempts, "enqueued_at": at, "next_attempt_at": at,
                  "last_attempt_at": at, "delivered_at": at, "created_at": at} for e in rows])
             conn.execute(webhook_attempts.insert(), [

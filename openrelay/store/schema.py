@@ -255,7 +255,7 @@ webhook_deliveries = Table(
     Column("claim_token", String(32)),  # the claim of the loop attempting it now; its result is fenced by it
     Column("last_attempt_at", Float),
     Column("delivered_at", Float),
-    Column("id", String(64)),  # whd_ + hex (migration 0018), what `orl admin webhook replay` names; always set
+    Column("id", String(64)),  # whd_ + the event's and endpoint's hex (0018): what a replay names; always set
     Column("created_at", Float, nullable=False),  # when it was written (a replay keeps it); migration 0018
     PrimaryKeyConstraint("event_id", "endpoint_id"),
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),

@@ -21,13 +21,14 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id, new_webhook_delivery_id, now
+from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id, now
 from ..types import BatchStatus
 from .db import Database
 from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
 
 __all__ = ["WebhookOutbox", "DueDelivery", "AttemptLog", "EVENT_TYPES", "TEST_EVENT_TYPE", "PENDING", "DELIVERED",
-           "FAILED", "REMOVED", "enqueue_batch_event", "end_pending_deliveries", "event_payload", "subscribed"]
+           "FAILED", "REMOVED", "enqueue_batch_event", "end_pending_deliveries", "event_payload", "delivery_id",
+           "subscribed"]
 
 # The event each terminal status sends (OpenAI's batch webhook events).
 EVENT_TYPES = {
@@ -95,6 +96,12 @@ def event_payload(event_id: str, event_type: str, created_at: int, object_id: st
                          "data": {"id": object_id}})
 
 
+def delivery_id(event_id: str, endpoint_id: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """A delivery's id, made of its event's and endpoint's (unique as that pair is): ``whd_`` + the event's hex +
+    the endpoint's. Migration 0018 gave the deliveries before it the same."""
+    return sa.literal("whd_" + event_id.removeprefix("evt_"), sa.String) + sa.func.substr(endpoint_id, 4)
+
+
 def subscribed(event_type: str) -> sa.ColumnElement[bool]:
     """Whether an endpoint gets events of ``event_type``: it names no types (every one), or names this one."""
     events = webhook_endpoints.c.events
@@ -118,13 +125,15 @@ def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: st
         id=event_id, org_id=org_id, type=event_type, batch_id=batch_id, created_at=stamp,
         payload=event_payload(event_id, event_type, stamp, object_id).decode()))
     e = webhook_endpoints.c
-    targets = sa.select(e.id).where(e.org_id == org_id, e.removed_at.is_(None))
+    targets = sa.select(
+        delivery_id(event_id, e.id), sa.literal(event_id, sa.String), e.id, e.org_id, sa.literal(PENDING, sa.String),
+        sa.literal(0), sa.literal(clock, sa.Float), sa.literal(clock, sa.Float), sa.literal(clock, sa.Float),
+    ).where(e.org_id == org_id, e.removed_at.is_(None))
     targets = targets.where(e.id == endpoint_id) if endpoint_id is not None else targets.where(subscribed(event_type))
-    rows = [{"id": new_webhook_delivery_id(), "event_id": event_id, "endpoint_id": target, "org_id": org_id,
-             "state": PENDING, "attempts": 0, "enqueued_at": clock, "next_attempt_at": clock, "created_at": clock}
-            for target in conn.execute(targets).scalars()]
-    if rows:
-        conn.execute(webhook_deliveries.insert(), rows)
+    d = webhook_deliveries.c
+    conn.execute(webhook_deliveries.insert().from_select(
+        [d.id, d.event_id, d.endpoint_id, d.org_id, d.state, d.attempts, d.enqueued_at, d.next_attempt_at,
+         d.created_at], targets))
     return event_id
 
 

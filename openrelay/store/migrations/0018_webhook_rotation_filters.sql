@@ -1,8 +1,9 @@
 -- Webhooks, issue 25 (openrelay/store/webhook_endpoints.py, webhook_outbox.py): an endpoint's secret rotation
 -- (the secret it replaced, which signs beside the new one for the overlap after rotated_at), the event types it
 -- subscribes to (a comma-separated list; null: every type), and an id per delivery, for replays, with the time it
--- was written, for listing an endpoint's deliveries newest first. Deliveries from before get an id made of their
--- event's and endpoint's, unique as that pair is, and their enqueueing time.
+-- was written, for listing an endpoint's deliveries newest first. A delivery's id is made of its event's and
+-- endpoint's, unique as that pair is (webhook_outbox.delivery_id); deliveries from before get theirs here, and their
+-- enqueueing time.
 ALTER TABLE webhook_endpoints ADD COLUMN previous_secret VARCHAR(100);
 ALTER TABLE webhook_endpoints ADD COLUMN rotated_at DOUBLE PRECISION;
 ALTER TABLE webhook_endpoints ADD COLUMN events VARCHAR(400);
