@@ -1,4 +1,4 @@
-"""What the change notices of the read cache cost writers on PostgreSQL (migrations 0010 and 0019's triggers).
+"""What the change notices of the read cache cost writers on PostgreSQL (migrations 0010 and 0015's triggers).
 
     .venv/bin/python bench/bench_notices.py [--connections 8 32] [--orgs 1] [--updates 1500] [--rounds 2]
 
@@ -6,7 +6,7 @@ On a fresh database of the test PostgreSQL server (``OPENRELAY_TEST_PG``, droppe
 LISTENing as an API process's would: ``--connections`` connections each commit ``--updates`` one-row updates of
 their own batch (autocommit, ``synchronous_commit`` on), the batches spread over ``--orgs`` organizations, each
 round in three modes: notices coalesced (``openrelay.notice_seconds`` at its default, 0.1 s), a notice at every
-commit (``notice_seconds`` 0, as before migration 0019) and the trigger disabled. Two kinds of update: one a poll
+commit (``notice_seconds`` 0, as before migration 0015) and the trigger disabled. Two kinds of update: one a poll
 can see (``completed = completed + 1``, as a chunk's commit does), which notifies, and a lease renewal (a
 heartbeat), which the trigger's ``WHEN`` skips. Prints commits/s of each, and the notices the listener heard.
 """

@@ -134,6 +134,9 @@ class WebhookSettings:
     give_up_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_GIVE_UP_SECONDS")
     timeout_seconds: float = setting(10.0, "OPENRELAY_WEBHOOK_TIMEOUT_SECONDS")
     poll_seconds: float = setting(1.0, "OPENRELAY_WEBHOOK_POLL_SECONDS")  # a worker's loop looks for due deliveries
+    # After `orl admin webhook rotate`, the replaced secret signs beside the new one this long.
+    rotation_overlap_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS")
+    log_keep_seconds: float = setting(2_592_000.0, "OPENRELAY_WEBHOOK_LOG_KEEP_SECONDS")  # then a delivery's log goes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +146,7 @@ class RetentionSettings:
     min_expiry_seconds: int = setting(3600, "OPENRELAY_MIN_EXPIRY_SECONDS")  # expires_after's floor (OpenAI's: 1 h)
     # Batches ended this many days ago lose their files and rows (None: kept forever); `--retention-days`.
     retention_days: float | None = setting(None, "OPENRELAY_RETENTION_DAYS", parse=_days)
-    bookkeeping_days: float = setting(7.0, "OPENRELAY_BOOKKEEPING_DAYS", parse=_days)  # delivery logs, chunk rows
+    bookkeeping_days: float = setting(7.0, "OPENRELAY_BOOKKEEPING_DAYS", parse=_days)  # chunk rows, removed endpoints
     sweep_seconds: float = setting(60.0, "OPENRELAY_SWEEP_SECONDS")  # a sweeper pass across the fleet this often
     sweep_limit: int = setting(500, "OPENRELAY_SWEEP_LIMIT")  # files, batches, rows of a kind one pass deletes
 

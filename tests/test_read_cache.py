@@ -212,7 +212,7 @@ def test_postgresql_announces_every_change_a_poll_can_show_and_no_heartbeat(
 @pytest.mark.parametrize("pg_pair", ["3"], indirect=True)
 def test_postgresql_coalesces_an_organizations_notices_and_polls_still_see_every_change(
         pg_pair: tuple[Server, Server, str]) -> None:
-    """Migration 0019: a change within openrelay.notice_seconds (3 s here) of its organization's last notice sends
+    """Migration 0015: a change within openrelay.notice_seconds (3 s here) of its organization's last notice sends
     none, so most commits of a busy organization skip PostgreSQL's notify lock; a process that heard the last
     notice keeps that organization's rows only until twice the spacing after it, so a poll still shows the silent
     change by then. After the spacing, a change notifies again."""

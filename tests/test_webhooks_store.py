@@ -1,6 +1,7 @@
 """The webhook outbox on a real store (SQLite in a temp dir, or a fresh PostgreSQL database): the event is
 written by the transaction that writes the terminal status and by no other; deliveries are claimed by one loop
-at a time however many claim at once; an attempt's outcome is fenced by its claim; giving up."""
+at a time however many claim at once; an attempt's outcome is fenced by its claim; giving up; event filters,
+secret rotation, replays and pruning the log."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from openrelay.errors import StoreError
+from openrelay.errors import Conflict, NotFound, StoreError
 from openrelay.ids import new_batch_id, now, now_ns
 from openrelay.store.accounts import Accounts
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
 from openrelay.store.results import LeaseLost, Results
 from openrelay.store.schema import webhook_deliveries, webhook_events
+from openrelay.store.webhook_log import PrunedLog
 from openrelay.store.webhooks import WebhookStore
 from openrelay.types import Batch, BatchStatus
 from tests.conftest import BACKEND
@@ -172,3 +174,134 @@ def test_an_organization_cannot_pass_the_endpoint_limit(db: Database) -> None:
     assert store.add_endpoint(org_id, "https://h.example.com/x", "whsec_AAAA", limit=3) is None
     store.remove_endpoint(store.list_endpoints(org_id)[0].id)
     assert store.add_endpoint(org_id, "https://h.example.com/x", "whsec_AAAA", limit=3) is not None
+
+
+# -- issue 25: event filters, rotation, replay, pruning ------------------------------------------------------------
+
+
+def test_an_endpoint_gets_only_the_event_types_it_subscribes_to(db: Database) -> None:
+    org_id, key_id = _org_and_key(db)
+    store = WebhookStore(db)
+    every = store.add_endpoint(org_id, "https://h.example.com/all", "whsec_AAAA", limit=16)
+    done = store.add_endpoint(org_id, "https://h.example.com/done", "whsec_AAAA", limit=16,
+                              events=("batch.completed", "batch.failed"))
+    assert every is not None and done is not None
+    assert every.events is None and done.events == ("batch.completed", "batch.failed")
+    assert store.endpoint(done.id).as_api()["events"] == ["batch.completed", "batch.failed"]
+    assert every.as_api()["events"] == ["batch.completed", "batch.failed", "batch.expired", "batch.cancelled"]
+    completed, cancelled = _running_batch(db, org_id, key_id), _running_batch(db, org_id, key_id)
+    _finalize(db, completed, org_id)
+    _finalize(db, cancelled, org_id, status=BatchStatus.CANCELLED)
+    [(completed_event, _)] = _events(db, completed)
+    [(cancelled_event, _)] = _events(db, cancelled)
+    assert set(store.delivery_states(completed_event)) == {every.id, done.id}
+    assert set(store.delivery_states(cancelled_event)) == {every.id}
+
+
+def test_a_rotated_endpoint_is_signed_by_both_secrets_for_the_overlap_only(db: Database) -> None:
+    org_id, key_id = _org_and_key(db)
+    store = WebhookStore(db)
+    endpoint = store.add_endpoint(org_id, "https://h.example.com/r", "whsec_OLD", limit=16)
+    assert endpoint is not None
+    _finalize(db, _running_batch(db, org_id, key_id), org_id)
+    [before] = store.claim_due(limit=10, hold_seconds=0.0, rotation_overlap=3600)
+    assert before.signing_secrets == ["whsec_OLD"]  # never rotated: one secret
+
+    rotated = store.rotate_secret(endpoint.id, "whsec_NEW")
+    assert rotated.rotated_at is not None
+    [during] = store.claim_due(limit=10, hold_seconds=0.0, rotation_overlap=3600)
+    assert during.signing_secrets == ["whsec_NEW", "whsec_OLD"]
+    [after] = store.claim_due(limit=10, hold_seconds=0.0, rotation_overlap=0)  # the overlap is over
+    assert after.signing_secrets == ["whsec_NEW"]
+
+    store.rotate_secret(endpoint.id, "whsec_NEWER")  # a rotation during the overlap ends the oldest secret's
+    [again] = store.claim_due(limit=10, hold_seconds=60, rotation_overlap=3600)
+    assert again.signing_secrets == ["whsec_NEWER", "whsec_NEW"]
+    other_org, _ = _org_and_key(db)
+    with pytest.raises(NotFound):
+        store.rotate_secret(endpoint.id, "whsec_X", other_org)
+
+
+def test_a_replay_makes_any_delivery_due_again_as_a_new_attempt(db: Database) -> None:
+    store, _expected = _due_deliveries(db, 4)
+    delivered, given_up, *_ = store.claim_due(limit=10, hold_seconds=60)
+    store.record_attempt(delivered, outcome="delivered", status_code=200, error=None, duration_ms=1, retry_in=1.0,
+                         give_up_after=86_400)
+    store.record_attempt(given_up, outcome="failed", status_code=500, error="x", duration_ms=1, retry_in=None,
+                         give_up_after=86_400)
+    assert store.claim_due(limit=10, hold_seconds=60) == []  # the other two are still held
+    for done, was in ((delivered, "delivered"), (given_up, "failed")):
+        replayed = store.replay_delivery(done.delivery_id)
+        assert (replayed.event_id, replayed.endpoint_id, replayed.previous_state) == (done.event_id,
+                                                                                      done.endpoint_id, was)
+        assert replayed.as_api()["state"] == "pending" and replayed.attempts == 1
+    again = {(d.event_id, d.endpoint_id): d for d in store.claim_due(limit=10, hold_seconds=60)}
+    assert set(again) == {(delivered.event_id, delivered.endpoint_id), (given_up.event_id, given_up.endpoint_id)}
+    assert all(d.attempt == 2 for d in again.values())  # a new attempt of the same event
+    with pytest.raises(NotFound):
+        store.replay_delivery("whd_nope")
+    with pytest.raises(NotFound):
+        store.replay_delivery(delivered.delivery_id, org_id="org_other")
+    store.remove_endpoint(delivered.endpoint_id)
+    with pytest.raises(Conflict) as refused:
+        store.replay_delivery(delivered.delivery_id)
+    assert refused.value.code == "webhook_endpoint_removed"
+
+
+def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -> None:
+    org_id, key_id = _org_and_key(db)
+    store = WebhookStore(db)
+    endpoint = store.add_endpoint(org_id, "https://h.example.com/p", "whsec_AAAA", limit=16)
+    second = store.add_endpoint(org_id, "https://h.example.com/q", "whsec_AAAA", limit=16)
+    assert endpoint is not None and second is not None
+    finished, retrying = _running_batch(db, org_id, key_id), _running_batch(db, org_id, key_id)
+    _finalize(db, finished, org_id)
+    _finalize(db, retrying, org_id, status=BatchStatus.CANCELLED)
+    [(finished_event, _)], [(retrying_event, _)] = _events(db, finished), _events(db, retrying)
+    for due in store.claim_due(limit=10, hold_seconds=60):
+        if due.event_id == retrying_event and due.endpoint_id == endpoint.id:  # still being retried
+            store.record_attempt(due, outcome="failed", status_code=503, error="x", duration_ms=1, retry_in=3600.0,
+                                 give_up_after=86_400)
+        else:
+            store.record_attempt(due, outcome="delivered", status_code=200, error=None, duration_ms=1,
+                                 retry_in=1.0, give_up_after=86_400)
+    [finished_delivery] = [a.delivery_id for a in store.attempts(event_id=finished_event, endpoint_id=endpoint.id)]
+    assert store.prune_delivery_log(older_than=3600) == PrunedLog(attempts=0, deliveries=0, events=0)  # too young
+    assert len(store.attempts(org_id=org_id)) == 4
+
+    # One delivery per transaction: every finished one goes, with its attempts; the event of the retrying one stays.
+    pruned = store.prune_delivery_log(older_than=0, rows_per_transaction=1)
+    assert pruned == PrunedLog(attempts=3, deliveries=3, events=1)
+    assert [(a.event_id, a.endpoint_id) for a in store.attempts(org_id=org_id)] == [(retrying_event, endpoint.id)]
+    assert _events(db, finished) == [] and store.delivery_states(retrying_event) == {endpoint.id: "pending"}
+    with pytest.raises(NotFound):
+        store.replay_delivery(finished_delivery)
+    assert store.prune_delivery_log(older_than=0) == PrunedLog(attempts=0, deliveries=0, events=0)
+
+
+def test_migration_0018_gives_earlier_deliveries_their_ids(tmp_path) -> None:
+    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'm.db'}"
+    database = Database(url)
+    try:
+        database.migrate(upto=17)
+        org_id, _key_id = _org_and_key(database)
+        with database.write() as conn:  # the rows as the delivery loop wrote them before 0018
+            for sql in ("INSERT INTO webhook_endpoints (id, org_id, url, secret, created_at, created_ns) "
+                        "VALUES ('wh_00000000000000aa', :org, 'https://h.example.com/', 'whsec_AAAA', 1, 1)",
+                        "INSERT INTO webhook_events (id, org_id, type, created_at, payload) "
+                        "VALUES ('evt_0000000000000000000000bb', :org, 'webhook.test', 1, '{}')",
+                        "INSERT INTO webhook_deliveries (event_id, endpoint_id, org_id, state, attempts, enqueued_at, "
+                        "next_attempt_at) VALUES ('evt_0000000000000000000000bb', 'wh_00000000000000aa', :org, "
+                        "'failed', 1, 1, 1)"):
+                conn.execute(sa.text(sql), {"org": org_id})
+        assert database.migrate()[0] == 18
+        with database.read() as conn:
+            [(delivery_id, created_at)] = conn.execute(sa.select(webhook_deliveries.c.id,
+                                                                 webhook_deliveries.c.created_at)).all()
+        assert delivery_id == "whd_0000000000000000000000bb00000000000000aa" and created_at == 1.0
+        replayed = WebhookStore(database).replay_delivery(delivery_id)
+        assert replayed.previous_state == "failed" and replayed.endpoint_id == "wh_00000000000000aa"
+    finally:
+        database.dispose()
+        if BACKEND == "postgres":
+            drop_pg_database(url)

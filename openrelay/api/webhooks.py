@@ -1,4 +1,5 @@
-"""``/v1/webhooks``: register, list and remove the organization's webhook endpoints (service/webhooks.py)."""
+"""``/v1/webhooks``: register, list, remove and rotate the secret of the organization's webhook endpoints, list an
+endpoint's deliveries and replay one (service/webhooks.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,23 @@ def add_webhook_routes(router: APIRouter, ctx: ApiContext) -> None:
         key = await ctx.writer(request)
         return json_response(await run_in_threadpool(webhook_service.delete_webhook, rt.webhooks, key, webhook_id))
 
+    @router.post("/v1/webhooks/{webhook_id}/rotate")
+    async def rotate_webhook(request: Request, webhook_id: str) -> Response:
+        key = await ctx.writer(request)
+        raw = await request.body()
+        return json_response(await run_in_threadpool(webhook_service.rotate_webhook, rt.webhooks, rt.settings, key,
+                                                     webhook_id, raw))
+
+    @router.get("/v1/webhooks/{webhook_id}/deliveries")
+    async def list_webhook_deliveries(request: Request, webhook_id: str, limit: int = 20,
+                                      after: str | None = None) -> Response:
+        key = await ctx.writer(request)
+        return json_response(await run_in_threadpool(
+            lambda: webhook_service.list_webhook_deliveries(rt.webhooks, key, webhook_id, limit=limit, after=after)))
+
+    @router.post("/v1/webhooks/deliveries/{delivery_id}/replay")
+    async def replay_webhook_delivery(request: Request, delivery_id: str) -> Response:
+        key = await ctx.writer(request)
+        raw = await request.body()
+        return json_response(await run_in_threadpool(webhook_service.replay_webhook_delivery, rt.webhooks, key,
+                                                     delivery_id, raw))

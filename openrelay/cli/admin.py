@@ -247,12 +247,16 @@ def webhook_add(
     org: Annotated[str, typer.Option(help="Organization name.")],
     url: Annotated[str, typer.Option(help="Where the organization's events are posted (http or https).")],
     catalog: CatalogOption = None,
+    events: Annotated[str | None, typer.Option(help="Only these event types, comma-separated, e.g. "
+                                                    "batch.completed,batch.failed (default: every type).")] = None,
 ) -> None:
     """Register an endpoint; prints only its signing secret (whsec_...) on stdout (it is shown once)."""
-    from ..service.webhooks import register_endpoint
+    from ..service.webhooks import event_types, register_endpoint
 
     try:
-        endpoint, secret = register_endpoint(_webhooks(), _catalog(catalog), _accounts().org_by_name(org).id, url)
+        subscribed = None if events is None else event_types([e.strip() for e in events.split(",")])
+        endpoint, secret = register_endpoint(_webhooks(), _catalog(catalog), _accounts().org_by_name(org).id, url,
+                                             subscribed)
     except OpenRelayError as exc:
         _fail(exc)
     typer.echo(f"webhook endpoint {endpoint.id} of {org}: {endpoint.url}", err=True)
@@ -297,6 +301,32 @@ def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
     _print(attempt.as_json())
     if attempt.outcome != "delivered":
         raise typer.Exit(1)
+
+
+@webhook_app.command("rotate")
+def webhook_rotate(endpoint_id: str) -> None:
+    """Give an endpoint a new signing secret, printed alone on stdout (shown once). Deliveries are signed by the
+    old and the new secret for OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS (24 h), then by the new one only."""
+    from ..service.webhooks import rotate_secret
+
+    try:
+        settings = Settings.build(data_dir=Path("."), database_url=_state["url"])
+        rotated = rotate_secret(_webhooks(), settings, endpoint_id)
+    except OpenRelayError as exc:
+        _fail(exc)
+    typer.echo(f"webhook endpoint {endpoint_id}: new secret; the old one also signs until "
+               f"{rotated['previous_secret_expires_at']} (seconds since the epoch)", err=True)
+    typer.echo(rotated["secret"])
+
+
+@webhook_app.command("replay")
+def webhook_replay(delivery_id: str) -> None:
+    """Send a delivery (its id from `log`) again, delivered, given up or not: a new attempt with the same
+    webhook-id and body, sent by the workers now and retried like any delivery. Prints the delivery."""
+    try:
+        _print(_webhooks().replay_delivery(delivery_id).as_api())
+    except OpenRelayError as exc:
+        _fail(exc)
 
 
 @webhook_app.command("log")

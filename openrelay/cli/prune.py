@@ -22,11 +22,13 @@ def prune(
                                                          f"{env_var(RetentionSettings, 'retention_days')}, else "
                                                          "none).")] = None,
 ) -> None:
-    """Delete expired files, batches past the retention (with their files and bytes) and old bookkeeping rows."""
+    """Delete expired files, batches past the retention (with their files and bytes), old bookkeeping rows and
+    the webhook delivery log past its age (not counted by --dry-run)."""
     from ..errors import OpenRelayError
     from ..runtime import open_blob_store
     from ..store.db import Database
     from ..store.retention import Retention
+    from ..store.webhook_log import WebhookLog
     from ..worker.sweeper import prune as prune_now
 
     url, data_dir, blob_url = store_places()
@@ -40,6 +42,8 @@ def prune(
         db.migrate()
         try:
             swept = prune_now(Retention(db), blobs, retention, dry_run=dry_run)
+            log = None if dry_run else WebhookLog(db).prune_delivery_log(
+                older_than=settings.webhooks.log_keep_seconds)  # what the delivery loops prune hourly
         finally:
             db.dispose()
     except OpenRelayError as exc:
@@ -48,6 +52,8 @@ def prune(
     shown = swept.as_json()
     if dry_run:
         shown.pop("blobs")
+    if log is not None:
+        shown |= {"webhook_deliveries": log.deliveries, "webhook_events": log.events}
     typer.echo(orjson.dumps({"dry_run": dry_run, "retention_days": retention.retention_days,
                              "would_remove" if dry_run else "removed": shown}, option=orjson.OPT_INDENT_2).decode())
     said = ", ".join(f"{value} {name}" for name, value in shown.items() if value)

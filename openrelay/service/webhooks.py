@@ -1,6 +1,7 @@
 """Webhook endpoints: what an API key with ``batch.write`` (``/v1/webhooks``) and the operator (``orl admin
-webhook``) may register, list, remove and test. Events themselves are written by the store with each terminal
-status and sent by the workers (``openrelay/webhooks``)."""
+webhook``) may register (for every event type or some), list, remove, test, rotate the secret of, and replay a
+delivery to. Events themselves are written by the store with each terminal status and sent by the workers
+(``openrelay/webhooks``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from ..catalog import Catalog
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest
-from ..store.webhook_endpoints import WebhookEndpoint
+from ..store.webhook_endpoints import ALL_EVENT_TYPES, WebhookEndpoint
 from ..store.webhooks import WebhookStore
 from ..types import ApiKey, Scope
 from ..webhooks.delivery import Attempt, WebhookDelivery
@@ -20,21 +21,36 @@ from .auth import require
 from .bodies import json_object, reject_unrecognized
 from .pages import list_page
 
-__all__ = ["MAX_ENDPOINTS", "register_endpoint", "send_test_event", "create_webhook", "list_webhooks",
-           "delete_webhook"]
+__all__ = ["MAX_ENDPOINTS", "event_types", "register_endpoint", "send_test_event", "rotate_secret",
+           "create_webhook", "list_webhooks", "delete_webhook", "rotate_webhook", "list_webhook_deliveries",
+           "replay_webhook_delivery"]
 
 MAX_ENDPOINTS = 16  # per organization: every terminal status writes a delivery to each, in its transaction
-_CREATE_FIELDS = {"url"}
+_CREATE_FIELDS = {"url", "events"}
+
+
+def event_types(events: object) -> tuple[str, ...]:
+    """The event types an endpoint subscribes to, in ``ALL_EVENT_TYPES``'s order, or the 400 naming ``events``:
+    they must be a non-empty list of the types ``ALL_EVENT_TYPES`` names."""
+    if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+        raise InvalidRequest(f"events must be a non-empty list of event types ({', '.join(ALL_EVENT_TYPES)})",
+                             param="events")
+    unknown = [e for e in events if e not in ALL_EVENT_TYPES]
+    if unknown:
+        raise InvalidRequest(f"events: unknown event type {unknown[0][:64]!r} (known: {', '.join(ALL_EVENT_TYPES)})",
+                             param="events")
+    return tuple(e for e in ALL_EVENT_TYPES if e in events)
 
 
 def register_endpoint(store: WebhookStore, catalog: Catalog, org_id: str, url: object,
-                      ) -> tuple[WebhookEndpoint, str]:
-    """The new endpoint and its signing secret (``whsec_...``), which is never shown again."""
+                      events: tuple[str, ...] | None = None) -> tuple[WebhookEndpoint, str]:
+    """The new endpoint, subscribed to ``events`` (``event_types``; None: every type), and its signing secret
+    (``whsec_...``), which is never shown again."""
     problem = webhook_url_problem(url, catalog)
     if problem is not None:
         raise InvalidRequest(problem, param="url")
     secret = new_secret()
-    endpoint = store.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS)
+    endpoint = store.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS, events=events)
     if endpoint is None:
         raise Conflict(f"an organization may have at most {MAX_ENDPOINTS} webhook endpoints; remove one first",
                        code="webhook_limit_reached")
@@ -47,8 +63,20 @@ def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, e
     every delivery and logged like one; a failure is not retried."""
     endpoint = store.endpoint(endpoint_id, org_id)
     delivery = WebhookDelivery(store, catalog, settings)
-    due = store.enqueue_test_event(endpoint.id, hold_seconds=delivery.hold_seconds)
+    due = store.enqueue_test_event(endpoint.id, hold_seconds=delivery.hold_seconds,
+                                   rotation_overlap=settings.webhooks.rotation_overlap_seconds)
     return asyncio.run(delivery.deliver(due, retry=False))
+
+
+def rotate_secret(store: WebhookStore, settings: Settings, endpoint_id: str, org_id: str | None = None,
+                  ) -> dict[str, Any]:
+    """A new secret for the endpoint, shown once; deliveries are signed by both it and the replaced one for
+    ``rotation_overlap_seconds`` (the answer's ``previous_secret_expires_at``), then by the new one alone."""
+    secret = new_secret()
+    endpoint = store.rotate_secret(endpoint_id, secret, org_id)
+    assert endpoint.rotated_at is not None  # just set
+    until = int(endpoint.rotated_at + settings.webhooks.rotation_overlap_seconds)
+    return {**endpoint.as_api(), "secret": secret, "previous_secret_expires_at": until}
 
 
 # -- the API ----------------------------------------------------------------------------------------------------
@@ -60,7 +88,8 @@ def create_webhook(store: WebhookStore, catalog: Catalog, key: ApiKey, raw: byte
     reject_unrecognized(body, _CREATE_FIELDS)
     if "url" not in body:
         raise InvalidRequest("url is required", param="url")
-    endpoint, secret = register_endpoint(store, catalog, key.org_id, body["url"])
+    events = event_types(body["events"]) if "events" in body else None
+    endpoint, secret = register_endpoint(store, catalog, key.org_id, body["url"], events)
     return {**endpoint.as_api(), "secret": secret}
 
 
@@ -76,3 +105,30 @@ def delete_webhook(store: WebhookStore, key: ApiKey, webhook_id: str) -> dict[st
     return {"id": removed.id, "object": "webhook_endpoint.deleted", "deleted": True}
 
 
+def _no_fields(raw: bytes) -> None:
+    """A route that takes no fields: an empty body, or an empty JSON object."""
+    if raw.strip():
+        reject_unrecognized(json_object(raw), ())
+
+
+def rotate_webhook(store: WebhookStore, settings: Settings, key: ApiKey, webhook_id: str, raw: bytes,
+                   ) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    _no_fields(raw)
+    return rotate_secret(store, settings, webhook_id, key.org_id)
+
+
+def list_webhook_deliveries(store: WebhookStore, key: ApiKey, webhook_id: str, *, limit: int, after: str | None,
+                            ) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    if not 1 <= limit <= 100:
+        raise InvalidRequest("limit must be between 1 and 100", param="limit")
+    endpoint = store.endpoint(webhook_id, key.org_id)
+    found, more = store.list_deliveries(endpoint.id, limit=limit, after=after)
+    return list_page([delivery.as_api() for delivery in found], has_more=more)
+
+
+def replay_webhook_delivery(store: WebhookStore, key: ApiKey, delivery_id: str, raw: bytes) -> dict[str, Any]:
+    require(key, Scope.BATCH_WRITE)
+    _no_fields(raw)
+    return store.replay_delivery(delivery_id, key.org_id).as_api()

@@ -63,7 +63,7 @@ MIGRATIONS = _migration_files()
 BACKFILLS: dict[int, Callable[[Connection], None]] = {
     6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
     10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
-    19: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
+    15: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
 }
 
 

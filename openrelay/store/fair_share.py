@@ -56,7 +56,7 @@ class Share:
     organization: str  # its name
     running: int  # batches of the model it has running now (a slot each)
     queued: int
-    batches_started: int  # since the store began keeping turns (migration 0019)
+    batches_started: int  # since the store began keeping turns (migration 0015)
     last_started_at: float | None  # the database's clock; None if it never started one
 
 

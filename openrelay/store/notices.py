@@ -1,5 +1,5 @@
 """PostgreSQL's change notices, which the API's read cache listens to (``store/read_cache.py``): the triggers on
-``batches`` and ``batch_tags`` that send them, as migrations 0010 and 0019 make them. Why they are coalesced, and
+``batches`` and ``batch_tags`` that send them, as migrations 0010 and 0015 make them. Why they are coalesced, and
 what a poll may miss meanwhile: docs/design.md, "The poll read cache"."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def create_change_trigger(conn: Connection) -> None:
 
 
 def coalesce_change_notices(conn: Connection) -> None:
-    """Migration 0019: the same changes, announced at most once per organization per spacing. ``org_notices``
+    """Migration 0015: the same changes, announced at most once per organization per spacing. ``org_notices``
     holds when each organization was last announced; a change announces (and moves that time) only when it is at
     least the spacing past it. Each session also keeps the last notice it knows of per organization (a custom
     setting, one per organization it wrote), so a commit within the spacing of it reads no row at all. The
@@ -106,7 +106,7 @@ def coalesce_change_notices(conn: Connection) -> None:
 
 
 def _triggers(*, constraint: bool) -> list[str]:
-    """The three triggers; ``constraint``: deferred to the commit (constraint triggers, migration 0019)."""
+    """The three triggers; ``constraint``: deferred to the commit (constraint triggers, migration 0015)."""
     create = "CREATE CONSTRAINT TRIGGER" if constraint else "CREATE TRIGGER"
     deferred = " DEFERRABLE INITIALLY DEFERRED" if constraint else ""
     run = "FOR EACH ROW {when}EXECUTE FUNCTION openrelay_announce_batch_change()"

@@ -170,22 +170,19 @@ class Retention:
     # -- bookkeeping, whatever the retention ------------------------------------------------------------------
 
     def bookkeeping(self, *, older_than_days: float, limit: int, dry_run: bool = False) -> dict[str, Pruned]:
-        """Expired dashboard sessions and Idempotency-Keys; webhook events older than ``older_than_days`` with
-        no delivery pending (their deliveries and attempts: the delivery log), removed endpoints they leave
-        unreferenced; the chunk rows and throughput window of batches that ended that long ago."""
+        """Expired dashboard sessions and Idempotency-Keys; webhook endpoints removed more than
+        ``older_than_days`` ago that no delivery or attempt names; the chunk rows and throughput window of batches
+        that ended that long ago. The webhook delivery log has its own age (``WebhookLog.prune_delivery_log``)."""
         found: dict[str, Pruned] = {}
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             cutoff = clock - older_than_days * DAY_SECONDS
-            pending = sa.select(webhook_deliveries.c.event_id).where(webhook_deliveries.c.state == "pending")
             referenced = sa.union(sa.select(webhook_deliveries.c.endpoint_id),
                                   sa.select(webhook_attempts.c.endpoint_id))
             old_ended = sa.select(batches.c.id).where(batches.c.status.in_(TERMINAL_VALUES), _ENDED < cutoff)
             kinds: dict[str, tuple[sa.ColumnElement, sa.ColumnElement[bool]]] = {
                 "web_sessions": (web_sessions.c.id_hash, web_sessions.c.expires_at <= int(clock)),
                 "idempotency_keys": (idempotency_keys.c.expires_at, idempotency_keys.c.expires_at <= clock),
-                "webhook_events": (webhook_events.c.id, sa.and_(webhook_events.c.created_at < cutoff,
-                                                                 webhook_events.c.id.not_in(pending))),
                 "webhook_endpoints": (webhook_endpoints.c.id, sa.and_(webhook_endpoints.c.removed_at < cutoff,
                                                                        webhook_endpoints.c.id.not_in(referenced))),
                 "batch_chunks": (batch_chunks.c.batch_id, batch_chunks.c.batch_id.in_(old_ended)),
@@ -197,9 +194,7 @@ class Retention:
                     found[name] = Pruned(rows=conn.execute(sa.select(sa.func.count()).where(where)).scalar_one())
                     continue
                 chosen = sa.select(key).where(where).limit(limit)
-                if name == "webhook_events":
-                    count = _delete_events(conn, chosen)
-                elif name == "throughput_windows":
+                if name == "throughput_windows":
                     count = conn.execute(batches.update().where(batches.c.id.in_(chosen))
                                          .values(throughput_window=None)).rowcount
                 else:  # every row whose key is among those chosen (for keys that are no primary key: a few more)

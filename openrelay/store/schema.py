@@ -165,7 +165,7 @@ model_locks = Table(
     Column("model", String(200), primary_key=True),
 )
 
-# Each organization's turn at each model's slots (store/fair_share.py, migration 0019): when its last queued batch
+# Each organization's turn at each model's slots (store/fair_share.py, migration 0015): when its last queued batch
 # of the model started, by the database's clock, written by that claim under the model's lock.
 model_shares = Table(
     "model_shares",
@@ -178,7 +178,7 @@ model_shares = Table(
 )
 __all__ += ["model_shares", "org_notices"]
 
-# When each organization's changes were last announced on PostgreSQL (store/notices.py, migration 0019): a change
+# When each organization's changes were last announced on PostgreSQL (store/notices.py, migration 0015): a change
 # within openrelay.notice_seconds of it sends no notice of its own.
 org_notices = Table(
     "org_notices",
@@ -244,6 +244,12 @@ webhook_endpoints = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("created_ns", BigInteger, nullable=False),
     Column("removed_at", BigInteger),
+    # Migration 0018: the secret a rotation replaced signs beside ``secret`` until ``rotated_at`` (the database's
+    # clock) plus the overlap (config.WebhookSettings.rotation_overlap_seconds); ``events``: the event types it
+    # gets, comma-separated (null: every type).
+    Column("previous_secret", String(100)),
+    Column("rotated_at", Float),
+    Column("events", String(400)),
     Index("ix_webhook_endpoints_org", "org_id", "created_ns"),
 )
 
@@ -278,8 +284,12 @@ webhook_deliveries = Table(
     Column("claim_token", String(32)),  # the claim of the loop attempting it now; its result is fenced by it
     Column("last_attempt_at", Float),
     Column("delivered_at", Float),
+    Column("id", String(64)),  # whd_ + the event's and endpoint's hex (0018): what a replay names; always set
+    Column("created_at", Float, nullable=False),  # when it was written (a replay keeps it); migration 0018
     PrimaryKeyConstraint("event_id", "endpoint_id"),
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+    Index("ix_webhook_deliveries_id", "id", unique=True),
+    Index("ix_webhook_deliveries_endpoint_time", "endpoint_id", "created_at"),
 )
 
 # The delivery log: every attempt, its answer or why there was none.
@@ -298,6 +308,8 @@ webhook_attempts = Table(
     Column("duration_ms", Integer, nullable=False),
     Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
     Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
+    Index("ix_webhook_attempts_time", "attempted_at"),  # pruning by age (migration 0018)
+    Index("ix_webhook_attempts_delivery", "event_id", "endpoint_id"),  # ... and what no attempt names (0018)
 )
 
 # -- expiry and retention (store/retention.py, worker/sweeper.py, migration 0014) --------------------------------

@@ -1,5 +1,6 @@
-"""An organization's webhook endpoints: added under a limit, listed, found, removed (which ends their pending
-deliveries in the same transaction, ``store/webhook_outbox.py``)."""
+"""An organization's webhook endpoints: added under a limit (subscribed to every event type or to some), listed,
+found, their secret rotated, removed (which ends their pending deliveries in the same transaction,
+``store/webhook_outbox.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from ..errors import NotFound
 from ..ids import new_webhook_endpoint_id, now, now_ns
 from .db import Database, holds_nul
 from .schema import organizations, webhook_endpoints
-from .webhook_outbox import end_pending_deliveries
+from .webhook_outbox import EVENT_TYPES, end_pending_deliveries
 
-__all__ = ["WebhookEndpoints", "WebhookEndpoint"]
+__all__ = ["WebhookEndpoints", "WebhookEndpoint", "ALL_EVENT_TYPES"]
+
+ALL_EVENT_TYPES = tuple(EVENT_TYPES.values())  # what an endpoint may subscribe to, in the order shown
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,14 +28,18 @@ class WebhookEndpoint:
     url: str
     created_at: int
     removed_at: int | None
+    events: tuple[str, ...] | None  # the event types it gets; None: every type, those added later too
+    rotated_at: float | None  # its secret's last rotation (the database's clock)
 
     def as_api(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "webhook_endpoint", "url": self.url, "created_at": self.created_at}
+        return {"id": self.id, "object": "webhook_endpoint", "url": self.url, "created_at": self.created_at,
+                "events": list(ALL_EVENT_TYPES if self.events is None else self.events)}
 
 
 def _endpoint(row: Row) -> WebhookEndpoint:
     return WebhookEndpoint(id=row.id, org_id=row.org_id, url=row.url, created_at=row.created_at,
-                           removed_at=row.removed_at)
+                           removed_at=row.removed_at, events=None if row.events is None else
+                           tuple(row.events.split(",")), rotated_at=row.rotated_at)
 
 
 class WebhookEndpoints:
@@ -45,9 +52,11 @@ class WebhookEndpoints:
             return conn.execute(sa.select(sa.func.count()).where(e.org_id == org_id, e.removed_at.is_(None))
                                 ).scalar_one()
 
-    def add_endpoint(self, org_id: str, url: str, secret: str, *, limit: int) -> WebhookEndpoint | None:
-        """The new endpoint, or None when the organization already has ``limit`` (checked in the same
-        transaction, so racing adds cannot pass it on PostgreSQL either: the organization's row is locked)."""
+    def add_endpoint(self, org_id: str, url: str, secret: str, *, limit: int,
+                     events: tuple[str, ...] | None = None) -> WebhookEndpoint | None:
+        """The new endpoint, subscribed to ``events`` (None: every type), or None when the organization already
+        has ``limit`` (checked in the same transaction, so racing adds cannot pass it on PostgreSQL either: the
+        organization's row is locked)."""
         e = webhook_endpoints.c
         with self.db.write() as conn:
             conn.execute(sa.select(organizations.c.id).where(organizations.c.id == org_id).with_for_update())
@@ -56,8 +65,9 @@ class WebhookEndpoints:
             if live >= limit:
                 return None
             endpoint_id = new_webhook_endpoint_id()
-            conn.execute(webhook_endpoints.insert().values(id=endpoint_id, org_id=org_id, url=url, secret=secret,
-                                                           created_at=now(), created_ns=now_ns()))
+            conn.execute(webhook_endpoints.insert().values(
+                id=endpoint_id, org_id=org_id, url=url, secret=secret, created_at=now(), created_ns=now_ns(),
+                events=None if events is None else ",".join(events)))
             row = conn.execute(sa.select(webhook_endpoints).where(e.id == endpoint_id)).one()
         return _endpoint(row)
 
@@ -82,6 +92,19 @@ class WebhookEndpoints:
                 row = conn.execute(query).first()
         if row is None:
             raise NotFound(f"No such webhook endpoint: {endpoint_id}", param="webhook_id")
+        return _endpoint(row)
+
+    def rotate_secret(self, endpoint_id: str, secret: str, org_id: str | None = None) -> WebhookEndpoint:
+        """``secret`` signs from now on; the one it replaces signs beside it for the overlap after ``rotated_at``
+        (``webhook_outbox.previous_secret_in_force``). A rotation during an overlap ends the older secret's."""
+        found = self.endpoint(endpoint_id, org_id)
+        e = webhook_endpoints.c
+        with self.db.write() as conn:
+            done = conn.execute(webhook_endpoints.update().where(e.id == found.id, e.removed_at.is_(None))
+                                .values(previous_secret=e.secret, secret=secret, rotated_at=self.db.clock(conn)))
+            if done.rowcount == 0:
+                raise NotFound(f"No such webhook endpoint: {endpoint_id}", param="webhook_id")
+            row = conn.execute(sa.select(webhook_endpoints).where(e.id == found.id)).one()
         return _endpoint(row)
 
     def remove_endpoint(self, endpoint_id: str, org_id: str | None = None) -> WebhookEndpoint:

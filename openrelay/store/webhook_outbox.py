@@ -1,8 +1,8 @@
 """The webhook outbox: events, one delivery of each per endpoint, the claims delivery loops take, and the log.
 
 An event is written by ``enqueue_batch_event`` inside the transaction that gives a batch its terminal status
-(``store/results.py``), with one delivery per endpoint the organization has then: the status and its event
-commit together or not at all, so a crash can neither lose an event nor make one up.
+(``store/results.py``), with one delivery per endpoint the organization has then that subscribes to its type:
+the status and its event commit together or not at all, so a crash can neither lose an event nor make one up.
 
 Delivery loops on any number of machines share the deliveries through ``claim_due``: a due row is taken by an
 update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, under
@@ -27,7 +27,8 @@ from .db import Database
 from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
 
 __all__ = ["WebhookOutbox", "DueDelivery", "AttemptLog", "EVENT_TYPES", "TEST_EVENT_TYPE", "PENDING", "DELIVERED",
-           "FAILED", "REMOVED", "enqueue_batch_event", "end_pending_deliveries", "event_payload"]
+           "FAILED", "REMOVED", "enqueue_batch_event", "end_pending_deliveries", "event_payload", "delivery_id",
+           "subscribed"]
 
 # The event each terminal status sends (OpenAI's batch webhook events).
 EVENT_TYPES = {
@@ -48,13 +49,19 @@ class DueDelivery:
 
     event_id: str
     endpoint_id: str
+    delivery_id: str
     org_id: str
     url: str
     secret: str
+    previous_secret: str | None  # a rotation's replaced secret, while it still signs too
     payload: bytes
     attempt: int  # this attempt's number, 1 for the first
     enqueued_at: float
     claim_token: str
+
+    @property
+    def signing_secrets(self) -> list[str]:
+        return [self.secret] if self.previous_secret is None else [self.secret, self.previous_secret]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,10 +79,12 @@ class AttemptLog:
     error: str | None
     duration_ms: int
     state: str  # the delivery's state now
+    delivery_id: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "type": self.event_type, "batch_id": self.batch_id,
-                "endpoint_id": self.endpoint_id, "org_id": self.org_id, "url": self.url, "attempt": self.attempt,
+        return {"delivery_id": self.delivery_id, "event_id": self.event_id, "type": self.event_type,
+                "batch_id": self.batch_id, "endpoint_id": self.endpoint_id, "org_id": self.org_id, "url": self.url,
+                "attempt": self.attempt,
                 "attempted_at": round(self.attempted_at, 3), "outcome": self.outcome,
                 "status_code": self.status_code, "error": self.error, "duration_ms": self.duration_ms,
                 "delivery_state": self.state}
@@ -92,25 +101,45 @@ def event_payload(event_id: str, event_type: str, created_at: int, object_id: st
                          "data": data})
 
 
+def delivery_id(event_id: str, endpoint_id: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+    """A delivery's id, made of its event's and endpoint's (unique as that pair is): ``whd_`` + the event's hex +
+    the endpoint's. Migration 0018 gave the deliveries before it the same."""
+    return sa.literal("whd_" + event_id.removeprefix("evt_"), sa.String) + sa.func.substr(endpoint_id, 4)
+
+
+def subscribed(event_type: str) -> sa.ColumnElement[bool]:
+    """Whether an endpoint gets events of ``event_type``: it names no types (every one), or names this one."""
+    events = webhook_endpoints.c.events
+    return sa.or_(events.is_(None), (sa.literal(",") + events + sa.literal(",")).contains(f",{event_type},"))
+
+
+def previous_secret_in_force(previous_secret: str | None, rotated_at: float | None, clock: float,
+                             overlap: float) -> str | None:
+    """The secret a rotation replaced while it still signs (``overlap`` seconds after the rotation), else None."""
+    if previous_secret is None or rotated_at is None or clock >= rotated_at + overlap:
+        return None
+    return previous_secret
+
+
 def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: str, batch_id: str | None,
                   object_id: str, stamp: int, endpoint_id: str | None = None,
                   errors: list[dict[str, Any]] | None = None) -> str:
-    """The event and a pending delivery, due now, to each live endpoint of the organization (or only to
-    ``endpoint_id``)."""
+    """The event and a pending delivery, due now, to each live endpoint of the organization subscribed to
+    ``event_type`` (or only to ``endpoint_id``, whatever it subscribes to)."""
     event_id = new_event_id()
     conn.execute(webhook_events.insert().values(
         id=event_id, org_id=org_id, type=event_type, batch_id=batch_id, created_at=stamp,
         payload=event_payload(event_id, event_type, stamp, object_id, errors).decode()))
     e = webhook_endpoints.c
     targets = sa.select(
-        sa.literal(event_id, sa.String), e.id, e.org_id, sa.literal(PENDING, sa.String), sa.literal(0),
-        sa.literal(clock, sa.Float), sa.literal(clock, sa.Float),
+        delivery_id(event_id, e.id), sa.literal(event_id, sa.String), e.id, e.org_id, sa.literal(PENDING, sa.String),
+        sa.literal(0), sa.literal(clock, sa.Float), sa.literal(clock, sa.Float), sa.literal(clock, sa.Float),
     ).where(e.org_id == org_id, e.removed_at.is_(None))
-    if endpoint_id is not None:
-        targets = targets.where(e.id == endpoint_id)
+    targets = targets.where(e.id == endpoint_id) if endpoint_id is not None else targets.where(subscribed(event_type))
     d = webhook_deliveries.c
     conn.execute(webhook_deliveries.insert().from_select(
-        [d.event_id, d.endpoint_id, d.org_id, d.state, d.attempts, d.enqueued_at, d.next_attempt_at], targets))
+        [d.id, d.event_id, d.endpoint_id, d.org_id, d.state, d.attempts, d.enqueued_at, d.next_attempt_at,
+         d.created_at], targets))
     return event_id
 
 
@@ -133,27 +162,34 @@ class WebhookOutbox:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def enqueue_test_event(self, endpoint_id: str, *, hold_seconds: float) -> DueDelivery:
+    def enqueue_test_event(self, endpoint_id: str, *, hold_seconds: float, rotation_overlap: float = 0.0,
+                           ) -> DueDelivery:
         """A test event for one endpoint (found live by the caller), its delivery already claimed by the caller,
         who sends it (so no delivery loop takes it first)."""
         d, e = webhook_deliveries.c, webhook_endpoints.c
         token = new_claim_token()
         with self.db.write() as conn:
             clock = self.db.clock(conn)
-            endpoint = conn.execute(sa.select(e.org_id, e.url, e.secret).where(e.id == endpoint_id)).one()
+            endpoint = conn.execute(sa.select(e.org_id, e.url, e.secret, e.previous_secret, e.rotated_at)
+                                    .where(e.id == endpoint_id)).one()
             event_id = _insert_event(conn, clock=clock, org_id=endpoint.org_id, event_type=TEST_EVENT_TYPE,
                                      batch_id=None, object_id=endpoint_id, stamp=now(), endpoint_id=endpoint_id)
             conn.execute(webhook_deliveries.update().where(d.event_id == event_id, d.endpoint_id == endpoint_id)
                          .values(next_attempt_at=clock + hold_seconds, claim_token=token))
             payload = conn.execute(sa.select(webhook_events.c.payload).where(webhook_events.c.id == event_id)
                                    ).scalar_one()
-        return DueDelivery(event_id=event_id, endpoint_id=endpoint_id, org_id=endpoint.org_id, url=endpoint.url,
-                           secret=endpoint.secret, payload=payload.encode(), attempt=1, enqueued_at=clock,
+            delivery_id = conn.execute(sa.select(d.id).where(d.event_id == event_id)).scalar_one()
+        previous = previous_secret_in_force(endpoint.previous_secret, endpoint.rotated_at, clock, rotation_overlap)
+        return DueDelivery(event_id=event_id, endpoint_id=endpoint_id, delivery_id=delivery_id,
+                           org_id=endpoint.org_id, url=endpoint.url, secret=endpoint.secret,
+                           previous_secret=previous, payload=payload.encode(), attempt=1, enqueued_at=clock,
                            claim_token=token)
 
-    def claim_due(self, *, limit: int, hold_seconds: float) -> list[DueDelivery]:
+    def claim_due(self, *, limit: int, hold_seconds: float, rotation_overlap: float = 0.0) -> list[DueDelivery]:
         """Up to ``limit`` pending deliveries due now (oldest due first), each taken for ``hold_seconds``: no
-        other loop takes it meanwhile, and after that it is due again unless its outcome was recorded."""
+        other loop takes it meanwhile, and after that it is due again unless its outcome was recorded. Each is
+        signed by its endpoint's secret, and by the one a rotation replaced less than ``rotation_overlap``
+        seconds ago."""
         d, e, ev = webhook_deliveries.c, webhook_endpoints.c, webhook_events.c
         with self.db.read() as conn:  # most rounds find nothing: a read, not a write lock (SQLite has one)
             clock = self.db.clock(conn)
@@ -174,12 +210,16 @@ class WebhookOutbox:
                 if taken.rowcount != 1:
                     continue
                 full = conn.execute(
-                    sa.select(d.attempts, d.enqueued_at, e.url, e.secret, ev.payload, d.org_id)
+                    sa.select(d.attempts, d.enqueued_at, e.url, e.secret, ev.payload, d.org_id, d.id,
+                              e.previous_secret, e.rotated_at)
                     .select_from(webhook_deliveries.join(webhook_endpoints, e.id == d.endpoint_id)
                                  .join(webhook_events, ev.id == d.event_id))
                     .where(d.event_id == row.event_id, d.endpoint_id == row.endpoint_id)).one()
-                claimed.append(DueDelivery(event_id=row.event_id, endpoint_id=row.endpoint_id, org_id=full.org_id,
-                                           url=full.url, secret=full.secret, payload=full.payload.encode(),
+                previous = previous_secret_in_force(full.previous_secret, full.rotated_at, clock,
+                                                    rotation_overlap)
+                claimed.append(DueDelivery(event_id=row.event_id, endpoint_id=row.endpoint_id, delivery_id=full.id,
+                                           org_id=full.org_id, url=full.url, secret=full.secret,
+                                           previous_secret=previous, payload=full.payload.encode(),
                                            attempt=full.attempts + 1, enqueued_at=full.enqueued_at,
                                            claim_token=token))
         return claimed
@@ -219,7 +259,7 @@ class WebhookOutbox:
         """The delivery log, newest attempt first."""
         a, ev, e, d = webhook_attempts.c, webhook_events.c, webhook_endpoints.c, webhook_deliveries.c
         query = (sa.select(a.event_id, ev.type, ev.batch_id, a.endpoint_id, a.org_id, e.url, a.attempt,
-                           a.attempted_at, a.outcome, a.status_code, a.error, a.duration_ms, d.state)
+                           a.attempted_at, a.outcome, a.status_code, a.error, a.duration_ms, d.state, d.id)
                  .select_from(webhook_attempts.join(webhook_events, ev.id == a.event_id)
                               .join(webhook_endpoints, e.id == a.endpoint_id)
                               .join(webhook_deliveries, sa.and_(d.event_id == a.event_id,
@@ -232,7 +272,7 @@ class WebhookOutbox:
             rows = conn.execute(query).all()
         return [AttemptLog(event_id=r[0], event_type=r[1], batch_id=r[2], endpoint_id=r[3], org_id=r[4], url=r[5],
                            attempt=r[6], attempted_at=r[7], outcome=r[8], status_code=r[9], error=r[10],
-                           duration_ms=r[11], state=r[12]) for r in rows]
+                           duration_ms=r[11], state=r[12], delivery_id=r[13]) for r in rows]
 
     def delivery_states(self, event_id: str) -> dict[str, str]:
         """endpoint id -> state, for one event."""

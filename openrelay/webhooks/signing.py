@@ -3,13 +3,16 @@
 
 The signature is ``v1,`` + base64 of HMAC-SHA256 over ``{webhook-id}.{webhook-timestamp}.{body}`` with the
 secret's bytes, computed by the ``standardwebhooks`` package, so what receivers verify with it (or with the
-OpenAI SDK's ``client.webhooks.unwrap``) is what was signed.
+OpenAI SDK's ``client.webhooks.unwrap``) is what was signed. While an endpoint's secret is being rotated, the
+header carries one signature per secret, space-separated, as the standard allows: a receiver verifies with
+either.
 """
 
 from __future__ import annotations
 
 import base64
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from standardwebhooks import Webhook
@@ -24,13 +27,18 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(_SECRET_BYTES)).decode()
 
 
-def signed_headers(secret: str, event_id: str, body: bytes, timestamp: int) -> dict[str, str]:
-    """The headers of one attempt: ``timestamp`` is the attempt's (seconds since the epoch), so a receiver can
-    refuse replays of old ones; ``event_id`` stays the same on every attempt, so it can drop repeats."""
+def signed_headers(signing_secrets: str | Sequence[str], event_id: str, body: bytes, timestamp: int,
+                   ) -> dict[str, str]:
+    """The headers of one attempt, signed by each secret (the current one first): ``timestamp`` is the
+    attempt's (seconds since the epoch), so a receiver can refuse replays of old ones; ``event_id`` stays the
+    same on every attempt, so it can drop repeats."""
+    if isinstance(signing_secrets, str):
+        signing_secrets = [signing_secrets]
     signed_at = datetime.fromtimestamp(timestamp, tz=UTC)
     return {
         "webhook-id": event_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": Webhook(secret).sign(event_id, signed_at, body.decode()),
+        "webhook-signature": " ".join(Webhook(secret).sign(event_id, signed_at, body.decode())
+                                      for secret in signing_secrets),
         "content-type": "application/json",
     }

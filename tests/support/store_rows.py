@@ -17,13 +17,19 @@ from openrelay.store.schema import metadata
 __all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where"]
 
 
+# State kept as long as its organization, bounded by organizations x models, not by the batches run: each
+# organization's fair-share turn per model (store/fair_share.py) and when its changes were last announced
+# (store/notices.py). Retention does not prune them, so they are no part of what comes back to a baseline.
+KEPT_PER_ORGANIZATION = frozenset({"model_shares", "org_notices"})
+
+
 def table_rows(database_url: str) -> dict[str, int]:
-    """Rows in every table of the schema, by name."""
+    """Rows in every table of the schema, by name, but those ``KEPT_PER_ORGANIZATION``."""
     engine = sa.create_engine(normalize_url(database_url))
     try:
         with engine.connect() as conn:
             return {str(t.name): conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
-                    for t in metadata.sorted_tables}
+                    for t in metadata.sorted_tables if t.name not in KEPT_PER_ORGANIZATION}
     finally:
         engine.dispose()
 
