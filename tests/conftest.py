@@ -23,10 +23,11 @@ from tests.support.workers import WorkerProcess
 
 BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")
 
-pytest_plugins = ["tests.support.browser"]  # the browser, context and page fixtures of the dashboard tests
+# The browser, context and page fixtures of the dashboard tests; the webhook tests' receiver, hook_server and org.
+pytest_plugins = ["tests.support.browser", "tests.support.webhook_fixtures"]
 
 
-STORE_FIXTURES = frozenset({"server", "make_server", "module_server"})
+STORE_FIXTURES = frozenset({"server", "make_server", "module_server", "hook_server"})  # hook_server: webhooks
 STORE_PICKERS = ("BACKEND", "Servers")  # a module holding one of these picks its store by OPENRELAY_TEST_DB
 
 

@@ -29,8 +29,9 @@ from tests.support.batches import (
 )
 from tests.support.browser import signed_in_client
 from tests.support.server import Server, catalog_text
+from tests.support.webhook_fixtures import FAST
 from tests.support.webhook_receiver import Receiver, running_receiver
-from tests.test_webhooks import FAST, register, verified
+from tests.test_webhooks import register, verified
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 RUN, REJECTED, CONCURRENCY = 200, 5, 2

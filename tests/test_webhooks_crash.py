@@ -11,8 +11,9 @@ import pytest
 
 from tests.support.batches import chat, create, wait_for
 from tests.support.test_engine import EngineControl
+from tests.support.webhook_fixtures import FAST, hook_catalog
 from tests.support.webhook_receiver import Receiver, running_receiver
-from tests.test_webhooks import FAST, delivery_log, hook_catalog, name, register, verified
+from tests.test_webhooks import delivery_log, name, register, verified
 
 
 @pytest.fixture(scope="module")

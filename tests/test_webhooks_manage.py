@@ -10,41 +10,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from schemathesis import checks as st_checks
 from standardwebhooks import WebhookVerificationError
 
-from tests.conftest import Servers, end_live_batches
 from tests.support.batches import chat, create, wait_for
 from tests.support.server import Server
 from tests.support.test_engine import EngineControl
-from tests.support.webhook_receiver import Receiver, running_receiver
+from tests.support.webhook_fixtures import FAST, hook_catalog
+from tests.support.webhook_receiver import Receiver
 from tests.test_openapi import CHECKS
-from tests.test_webhooks import FAST, SCHEMA, delivery_log, hook_catalog, name, register, verified
+from tests.test_webhooks import SCHEMA, delivery_log, name, register, verified
 
 OVERLAP = "OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS"
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def hook_server(tmp_path_factory: pytest.TempPathFactory, engine_url: str, receiver: Receiver) -> Iterator[Server]:
-    servers = Servers(tmp_path_factory, engine_url)
-    yield servers.make(catalog=hook_catalog(engine_url, receiver), env=FAST)
-    servers.stop_all()
-
-
-@pytest.fixture
-def org(hook_server: Server, engine_url: str) -> Iterator[Server]:
-    view = hook_server.for_new_org()
-    yield view
-    end_live_batches(view, EngineControl(engine_url))
 
 
 def completed_batch(server: Server, custom_id: str) -> str:
