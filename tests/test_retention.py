@@ -27,6 +27,16 @@ SWEEP_OFTEN = {"OPENRELAY_SWEEP_SECONDS": "0.2"}
 RECORDS = [chat("ok"), chat("refused", text="#status=400"), {"custom_id": "bad"}]
 
 
+def _back_to_baseline(server: Server, baseline: dict[str, int]) -> None:
+    """Wait for every table's rows to come back to ``baseline``; on a timeout, say which tables did not."""
+    try:
+        wait_for(lambda: table_rows(server.database_url) == baseline, "every row back to the baseline")
+    except AssertionError as exc:
+        now = table_rows(server.database_url)
+        off = {name: (baseline.get(name), rows) for name, rows in now.items() if baseline.get(name) != rows}
+        raise AssertionError(f"{exc}; (baseline, now) of the tables that differ: {off}") from None
+
+
 def _baseline(server: Server) -> dict[str, int]:
     """The store's rows once the sweeper made its lease row: what pruning comes back to."""
     wait_for(lambda: table_rows(server.database_url)["sweeps"], "the first sweeper pass")
@@ -67,7 +77,7 @@ def test_retention_prunes_ended_batches_rows_files_and_bytes_and_spares_running_
     assert server.http("GET", f"/files/{running['input_file_id']}").status_code == 200
     engine.release("kept")
     _pruned(server, [running])
-    wait_for(lambda: table_rows(server.database_url) == baseline, "every row back to the baseline")
+    _back_to_baseline(server, baseline)
     wait_for(lambda: local_blobs(server.data_dir / "blobs") == {}, "every blob deleted")
 
 
@@ -77,7 +87,7 @@ def test_orl_worker_takes_retention_days_and_sweeps(make_server: Callable[..., S
     worker = start_worker(server, args=("--retention-days", "0"), env=SWEEP_OFTEN)
     baseline = _baseline(server)
     _pruned(server, [create(server, RECORDS)])
-    wait_for(lambda: table_rows(server.database_url) == baseline, "every row back to the baseline")
+    _back_to_baseline(server, baseline)
     wait_for(lambda: local_blobs(server.data_dir / "blobs") == {}, "every blob deleted")
     wait_for(lambda: "sweeper: removed" in worker.log(), "the worker to say what its sweeper removed")
 
@@ -144,7 +154,7 @@ def test_expiry_and_retention_delete_the_bytes_from_s3(make_server: Callable[...
                                 expires_after={"anchor": "created_at", "seconds": 1})
     wait_for(lambda: server.http("GET", f"/files/{short.id}").status_code == 404, "the upload to expire")
     wait_for(lambda: s3_blobs(store, prefix + "/") == {}, "every object under the prefix to go")
-    wait_for(lambda: table_rows(server.database_url) == baseline, "every row back to the baseline")
+    _back_to_baseline(server, baseline)
 
 
 @pytest.fixture
