@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
-           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags"]
+           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags", "workers"]
 
 metadata = MetaData()
 
@@ -295,4 +295,18 @@ webhook_attempts = Table(
     Column("duration_ms", Integer, nullable=False),
     Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
     Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
+)
+
+# The live worker processes (store/workers.py): each renews its row (the database's clock); one past
+# ``expires_at`` is gone and no longer shares a model's slots.
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(200), primary_key=True),  # the worker id its batch leases carry (lease_owner)
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(40), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("last_seen_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
 )
