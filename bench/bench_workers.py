@@ -9,8 +9,9 @@ this script starts), `orl serve --no-worker` and N `orl worker` processes, each 
 test engine answers every request after ``--delay`` seconds (latency-bound, as a GPU engine under load is). The
 batches are created while the workers run; the figure is every record of every batch completed, divided by the
 time from the first create to the last batch terminal. Prints one JSON line per case and the ratio. Without
-``--max-batches`` one worker may hold every slot of the model, so more workers cannot add engine throughput; with
-``--max-batches 2`` and 6 slots, one worker runs 2 batches at once and three run 6.
+``--max-batches`` the workers split the model's slots by themselves (``ceil(slots / live workers)`` each), so the
+engine's ceiling is the same for one worker and three; with ``--max-batches 2`` and 6 slots, one worker runs 2
+batches at once and three run 6.
 """
 
 from __future__ import annotations

@@ -222,7 +222,8 @@ def test_workers_register_split_the_slots_by_themselves_and_one_gone_drops_off(m
     the batches each holds; one killed drops off after its lease, and the other, alone, takes every slot."""
     server = _api_only(make_server, slots=4, concurrency=1)
     first, second = start_worker(server), start_worker(server)
-    wait_for(lambda: all("2 live workers" in w.log() for w in (first, second)), "each worker to count the other")
+    wait_for(lambda: all("live workers serving test/echo 2" in w.log() for w in (first, second)),
+             "each worker to count the other")
     ids = [create(server, [chat(f"s{b}", f"batch {b} #hold=spread")])["id"] for b in range(6)]
     engine.wait_held("spread", 4)  # the model's four slots
     assert [sum(w.took(i) for i in ids) for w in (first, second)] == [2, 2]
@@ -230,11 +231,12 @@ def test_workers_register_split_the_slots_by_themselves_and_one_gone_drops_off(m
     assert set(listed) == {first.proc.pid, second.proc.pid}
     for seen in listed.values():
         assert seen == {"id": ANY, "host": os.uname().nodename, "pid": ANY, "version": metadata.version("openrelay"),
-                        "batches_held": 2, "started_at": ANY, "last_seen_at": ANY}
+                        "models": ["test/echo", "test/embed"], "batches_held": 2, "started_at": ANY,
+                        "last_seen_at": ANY}
         assert seen["started_at"] <= seen["last_seen_at"]
     orphans = [i for i in ids if second.took(i)]
     second.kill()  # kill -9: its row and its two leases lapse (OPENRELAY_LEASE_SECONDS=3)
-    wait_for(lambda: "1 live workers" in first.log(), "the killed worker to drop off")
+    wait_for(lambda: "live workers serving test/echo 1" in first.log(), "the killed worker to drop off")
     wait_for(lambda: all(first.took(i) for i in orphans), "the worker left to take every slot")
     (alone,) = _live_workers(server)
     assert alone["pid"] == first.proc.pid and alone["batches_held"] == 4

@@ -306,6 +306,7 @@ workers = Table(
     Column("host", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
     Column("version", String(40), nullable=False),
+    Column("models", Text, nullable=False),  # the models its catalog serves, one per line
     Column("started_at", Float, nullable=False),
     Column("last_seen_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),

@@ -4,6 +4,8 @@ the database's clock, so workers on machines whose clocks disagree still agree o
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -24,6 +26,7 @@ class WorkerSeen:
     host: str
     pid: int
     version: str
+    models: list[str]  # the models its catalog serves
     batches_held: int  # batches whose lease it holds now (running, or being ended)
     started_at: float  # the database's clock
     last_seen_at: float  # its last heartbeat, the database's clock
@@ -33,18 +36,20 @@ class WorkerRegistry:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def heartbeat(self, worker_id: str, *, host: str, pid: int, version: str, lease_seconds: float) -> int:
-        """Register or renew ``worker_id`` until ``lease_seconds`` from now; delete the workers gone past their
-        lease; return how many live workers there are (this one included)."""
+    def heartbeat(self, worker_id: str, *, host: str, pid: int, version: str, models: Collection[str],
+                  lease_seconds: float) -> dict[str, int]:
+        """Register or renew ``worker_id`` (serving ``models``) until ``lease_seconds`` from now; delete the
+        workers gone past their lease; return, per model, how many live workers serve it (this one included)."""
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             seen = {"last_seen_at": clock, "expires_at": clock + lease_seconds}
             insert = (sqlite if self.db.is_sqlite else postgresql).insert(workers)
             conn.execute(insert.values(id=worker_id, host=host[:255], pid=pid, version=version[:40],
-                                       started_at=clock, **seen)
+                                       models="\n".join(sorted(models)), started_at=clock, **seen)
                          .on_conflict_do_update(index_elements=["id"], set_=seen))
             conn.execute(workers.delete().where(workers.c.expires_at < clock))
-            return conn.execute(sa.select(sa.func.count()).select_from(workers)).scalar_one()
+            served = conn.execute(sa.select(workers.c.models)).scalars()
+            return Counter(model for lines in served for model in lines.split("\n") if model)
 
     def leave(self, worker_id: str) -> None:
         """A clean stop: the worker no longer counts at once, so the others' shares grow on their next beat."""
@@ -60,5 +65,6 @@ class WorkerRegistry:
                 batches.c.status.in_(CLAIMABLE_VALUES)).scalar_subquery())
             rows = conn.execute(sa.select(workers, held.label("held")).where(workers.c.expires_at >= clock)
                                 .order_by(workers.c.started_at, workers.c.id)).all()
-        return [WorkerSeen(id=row.id, host=row.host, pid=row.pid, version=row.version, batches_held=row.held,
+        return [WorkerSeen(id=row.id, host=row.host, pid=row.pid, version=row.version,
+                           models=[m for m in row.models.split("\n") if m], batches_held=row.held,
                            started_at=row.started_at, last_seen_at=row.last_seen_at) for row in rows]

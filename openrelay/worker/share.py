@@ -1,9 +1,9 @@
 """Workers that spread by themselves: a worker's heartbeat in the store, and its share of each model's slots.
 
-Each worker renews its row in ``workers`` (``store/workers.py``) a few times per lease; the live workers counted
-there split every model's slots: a worker starts a batch of a model only while it runs fewer than
-``ceil(slots / live workers)`` of them, so one worker alone takes every slot, and two split four slots two and
-two. The slots themselves are still counted over every worker under the model's lock (``store/leases.py``); the
+Each worker renews its row in ``workers`` (``store/workers.py``) a few times per lease; the live workers serving a
+model, counted there, split its slots: a worker starts a batch of a model only while it runs fewer than
+``ceil(slots / live workers serving it)`` of them, so one worker alone takes every slot, and two split four slots
+two and two. The slots themselves are still counted over every worker under the model's lock (``store/leases.py``); the
 share only keeps one worker from taking them all before the others look. ``--max-batches`` caps a worker on top.
 """
 
@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Collection
 from importlib import metadata
 
 from ..store.workers import WorkerRegistry
@@ -37,14 +38,16 @@ def _version() -> str:
 
 
 class Heartbeat:
-    """A worker's row in the store, renewed at most every ``lease_seconds / 3``; ``live_workers`` is the count
-    its last beat read back (this worker included)."""
+    """A worker's row in the store, renewed at most every ``lease_seconds / 3``; ``live`` is what its last beat
+    read back: per model it serves, the live workers serving it (this worker included)."""
 
-    def __init__(self, registry: WorkerRegistry, worker_id: str, lease_seconds: float) -> None:
+    def __init__(self, registry: WorkerRegistry, worker_id: str, models: Collection[str],
+                 lease_seconds: float) -> None:
         self.registry = registry
         self.worker_id = worker_id
+        self.models = sorted(models)
         self.lease_seconds = lease_seconds
-        self.live_workers = 1
+        self.live: dict[str, int] = {}
         self._host = os.uname().nodename
         self._pid = os.getpid()
         self._version = _version()
@@ -55,11 +58,17 @@ class Heartbeat:
         if not force and clock < self._beat_at + self.lease_seconds / _BEATS_PER_LEASE:
             return
         self._beat_at = clock
-        live = await asyncio.to_thread(self.registry.heartbeat, self.worker_id, host=self._host, pid=self._pid,
-                                       version=self._version, lease_seconds=self.lease_seconds)
-        if live != self.live_workers:
-            log.info("worker %s: %d live workers share the slots", self.worker_id, live)
-        self.live_workers = live
+        counted = await asyncio.to_thread(self.registry.heartbeat, self.worker_id, host=self._host, pid=self._pid,
+                                          version=self._version, models=self.models, lease_seconds=self.lease_seconds)
+        live = {model: counted.get(model, 1) for model in self.models}
+        if live != self.live:
+            log.info("worker %s: live workers serving %s", self.worker_id,
+                     ", ".join(f"{model} {n}" for model, n in live.items()) or "(no models)")
+        self.live = live
+
+    def share(self, model: str, slots: int) -> int:
+        """This worker's share of ``model``'s ``slots`` as its last beat counted the workers serving it."""
+        return slot_share(slots, self.live.get(model, 1))
 
     async def leave(self) -> None:
         await asyncio.to_thread(self.registry.leave, self.worker_id)

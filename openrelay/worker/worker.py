@@ -26,7 +26,7 @@ from .gate import EngineGate
 from .limiter import ConcurrencyLimiter
 from .replicas import Replica
 from .run import BatchRun
-from .share import Heartbeat, slot_share
+from .share import Heartbeat
 
 __all__ = ["Worker"]
 
@@ -45,7 +45,7 @@ class Worker:
         self._groups: dict[str, ModelGroups] = {}  # per model: the prefix groups its runs send now
         self._active: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, str] = {}  # of those, the batches being run (not only ended), with their models
-        self.heartbeat = Heartbeat(rt.workers, self.worker_id, rt.settings.worker.lease_seconds)
+        self.heartbeat = Heartbeat(rt.workers, self.worker_id, self.slots, rt.settings.worker.lease_seconds)
         self._stop = asyncio.Event()
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
         self._limits_kept: dict[str, dict[str, Learnt]] = {}  # per model: what its limiters learnt, as last kept
@@ -105,8 +105,8 @@ class Worker:
     def _models_within_share(self) -> list[str]:
         """The models this worker runs fewer batches of than its share of their slots (``worker/share.py``)."""
         running = list(self._runs.values())
-        live = self.heartbeat.live_workers
-        return [model for model, slots in self.slots.items() if running.count(model) < slot_share(slots, live)]
+        share = self.heartbeat.share
+        return [model for model, slots in self.slots.items() if running.count(model) < share(model, slots)]
 
     async def _serve(self, batch: Batch) -> None:
         """Run or end the claimed batch; a run that fails is retried later (``_run_failed``)."""
