@@ -244,3 +244,13 @@ def test_workers_register_split_the_slots_by_themselves_and_one_gone_drops_off(m
     for batch_id in ids:
         assert server.wait(batch_id, timeout=120)["status"] == "completed"
     assert sum(first.took(i) for i in ids) == 6
+
+
+def test_a_worker_stopped_cleanly_leaves_the_live_workers_at_once(make_server, start_worker):
+    """SIGTERM (a rolling restart): the worker drains and deletes its row, so it is gone from `orl admin workers`
+    long before its lease (here 60 s) would have lapsed."""
+    server = _api_only(make_server, slots=2, concurrency=1, env={"OPENRELAY_LEASE_SECONDS": "60"})
+    first, second = start_worker(server), start_worker(server)
+    assert {w["pid"] for w in _live_workers(server)} == {first.proc.pid, second.proc.pid}
+    assert second.stop() == 0
+    assert [w["pid"] for w in _live_workers(server)] == [first.proc.pid]
