@@ -47,6 +47,7 @@ class Worker:
         self._runs: dict[str, str] = {}  # of those, the batches being run (not only ended), with their models
         self.heartbeat = Heartbeat(rt.workers, self.worker_id, self.slots, rt.settings.worker.lease_seconds)
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # a batch ended (a slot freed) or a stop: claim now, not at the next tick
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
         self._limits_kept: dict[str, dict[str, Learnt]] = {}  # per model: what its limiters learnt, as last kept
         self._limits_kept_at = -math.inf
@@ -77,9 +78,10 @@ class Worker:
             except Exception:  # keep the worker alive through a store hiccup; the next tick retries
                 log.exception("worker tick failed")
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.worker.tick_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.rt.settings.worker.tick_seconds)
             except TimeoutError:
                 pass
+            self._wake.clear()
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.rt.batches.promote_validated)
@@ -101,6 +103,7 @@ class Worker:
     def _done(self, batch_id: str) -> None:
         self._active.pop(batch_id, None)
         self._runs.pop(batch_id, None)
+        self._wake.set()  # its slot (or its room in ``capacity``) is free: the next queued batch need not wait a tick
 
     def _models_within_share(self) -> list[str]:
         """The models this worker runs fewer batches of than its share of their slots (``worker/share.py``)."""
@@ -169,12 +172,14 @@ class Worker:
         if not self._stop.is_set():
             log.info("worker %s stopping: its runs take no new record and finish their calls", self.worker_id)
         self._stop.set()
+        self._wake.set()
         self.draining = True
 
     async def stop(self) -> None:
         """Drain: claim nothing more, let the calls in flight finish and become durable (for at most
         ``drain_seconds``, then they are cancelled and run again elsewhere), hand every batch back."""
         self._stop.set()
+        self._wake.set()
         self.draining = True
         held = list(self._active)
         active = list(self._active.values())
