@@ -254,3 +254,20 @@ def test_a_worker_stopped_cleanly_leaves_the_live_workers_at_once(make_server, s
     assert {w["pid"] for w in _live_workers(server)} == {first.proc.pid, second.proc.pid}
     assert second.stop() == 0
     assert [w["pid"] for w in _live_workers(server)] == [first.proc.pid]
+
+
+def test_a_batch_that_ends_hands_its_slot_to_the_next_at_once_not_a_tick_later(make_server, engine, start_worker):
+    """The claim loop runs every tick and also when one of its batches ends: with a tick of 60 s, the queued batch
+    takes the freed slot well before the next tick would come (the engine's gate says when it starts)."""
+    server = _api_only(make_server, slots=1, concurrency=1,
+                       env={"OPENRELAY_TICK_SECONDS": "60", "OPENRELAY_LEASE_SECONDS": "180"})
+    first = create(server, [chat("w0", "first #hold=wake-first")])["id"]
+    second = create(server, [chat("w1", "second #hold=wake-second")])["id"]
+    start_worker(server)  # its first tick queues both and starts the first in the only slot
+    engine.wait_held("wake-first")
+    assert engine.held("wake-second") == 0
+    engine.release("wake-first")
+    engine.wait_held("wake-second", timeout=30)  # half the tick: only the wake at the first's end can start it
+    engine.release("wake-second")
+    for batch_id in (first, second):
+        assert server.wait(batch_id)["status"] == "completed"
