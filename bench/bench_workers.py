@@ -9,8 +9,9 @@ this script starts), `orl serve --no-worker` and N `orl worker` processes, each 
 test engine answers every request after ``--delay`` seconds (latency-bound, as a GPU engine under load is). The
 batches are created while the workers run; the figure is every record of every batch completed, divided by the
 time from the first create to the last batch terminal. Prints one JSON line per case and the ratio. Without
-``--max-batches`` one worker may hold every slot of the model, so more workers cannot add engine throughput; with
-``--max-batches 2`` and 6 slots, one worker runs 2 batches at once and three run 6.
+``--max-batches`` the workers split the model's slots by themselves (``ceil(slots / live workers)`` each), so the
+engine's ceiling is the same for one worker and three; with ``--max-batches 2`` and 6 slots, one worker runs 2
+batches at once and three run 6.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.support.forked import ORL  # noqa: E402
 from tests.support.seaweed import start_seaweed, stop_seaweed  # noqa: E402
-from tests.support.server import ORL, Server, create_pg_database, drop_pg_database, free_port  # noqa: E402
+from tests.support.server import Server, create_pg_database, drop_pg_database, free_port  # noqa: E402
 from tests.support.test_engine import EngineControl, start_test_engine, stop_test_engine  # noqa: E402
 
 CATALOG = """
@@ -65,9 +67,11 @@ def run_case(args: argparse.Namespace, workers: int, engine_url: str, weed, buck
             procs.append(subprocess.Popen([ORL, "worker", "--data-dir", str(root / f"w{i}"), "--database-url", url,
                                            "--catalog", str(catalog), *cap], stdout=log, stderr=subprocess.STDOUT,
                                           env={**os.environ, **env}))
+        # Each worker has counted every other (its share of the slots is theirs over all of them).
+        seen = "serving bench/echo" if workers == 1 else f"live workers serving bench/echo {workers}"
         for i in range(workers):
             deadline = time.monotonic() + 60
-            while "serving bench/echo" not in (root / f"w{i}.log").read_text(errors="replace"):
+            while seen not in (root / f"w{i}.log").read_text(errors="replace"):
                 assert time.monotonic() < deadline and procs[i].poll() is None, (root / f"w{i}.log").read_text()
                 time.sleep(0.1)
         started = time.monotonic()
@@ -86,6 +90,7 @@ def run_case(args: argparse.Namespace, workers: int, engine_url: str, weed, buck
             assert done["status"] == "completed", done
             completed += done["request_counts"]["completed"]
         elapsed = time.monotonic() - started
+        runs = [(root / f"w{i}.log").read_text(errors="replace").count("in_progress)") for i in range(workers)]
     finally:
         for proc in procs:
             proc.terminate()
@@ -99,7 +104,7 @@ def run_case(args: argparse.Namespace, workers: int, engine_url: str, weed, buck
             drop_pg_database(url)
         shutil.rmtree(root, ignore_errors=True)
     return {"workers": workers, "records": completed, "seconds": round(elapsed, 2),
-            "records_per_second": round(completed / elapsed, 1)}
+            "records_per_second": round(completed / elapsed, 1), "batches_run_per_worker": runs}
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from .store.idempotency import IdempotencyKeys
 from .store.results import Results
 from .store.sessions import Sessions
 from .store.webhooks import WebhookStore
+from .store.workers import WorkerRegistry
 
 __all__ = ["Runtime", "open_runtime", "open_store", "open_blob_store", "check_blob_url"]
 
@@ -39,6 +40,7 @@ class Runtime:
     sessions: Sessions
     webhooks: WebhookStore
     limits: EngineLimits  # what the adaptive concurrency limiters learnt
+    workers: WorkerRegistry  # the live worker processes (heartbeats)
     blobs: BlobStore
     catalog: Catalog
 
@@ -110,6 +112,7 @@ def open_runtime(settings: Settings) -> Runtime:
         sessions=Sessions(db),
         webhooks=WebhookStore(db),
         limits=EngineLimits(db),
+        workers=WorkerRegistry(db),
         blobs=blobs,
         catalog=catalog,
     )

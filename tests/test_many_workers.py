@@ -4,8 +4,11 @@ and SIGTERM drains. The API runs with --no-worker; the engine's held requests sh
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 from collections import Counter
+from importlib import metadata
 from unittest.mock import ANY
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -206,3 +209,65 @@ def test_sigterm_drains_a_worker_its_calls_finish_and_the_batch_is_handed_back(m
     assert len(sent) == 12 and set(sent.values()) == {1}  # nothing ran twice: the drain lost nothing in flight
     assert second.took(batch_id)
 
+
+
+def _live_workers(server: Server) -> list[dict]:
+    listed = server.admin("workers")
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)
+
+
+def test_workers_register_split_the_slots_by_themselves_and_one_gone_drops_off(make_server, engine, start_worker):
+    """No --max-batches: two workers take two of a model's four slots each; `orl admin workers` lists both with
+    the batches each holds; one killed drops off after its lease, and the other, alone, takes every slot."""
+    server = _api_only(make_server, slots=4, concurrency=1)
+    first, second = start_worker(server), start_worker(server)
+    wait_for(lambda: all("live workers serving test/echo 2" in w.log() for w in (first, second)),
+             "each worker to count the other")
+    ids = [create(server, [chat(f"s{b}", f"batch {b} #hold=spread")])["id"] for b in range(6)]
+    engine.wait_held("spread", 4)  # the model's four slots
+    assert [sum(w.took(i) for i in ids) for w in (first, second)] == [2, 2]
+    listed = {w["pid"]: w for w in _live_workers(server)}
+    assert set(listed) == {first.proc.pid, second.proc.pid}
+    for seen in listed.values():
+        assert seen == {"id": ANY, "host": os.uname().nodename, "pid": ANY, "version": metadata.version("openrelay"),
+                        "models": ["test/echo", "test/embed"], "batches_held": 2, "started_at": ANY,
+                        "last_seen_at": ANY}
+        assert seen["started_at"] <= seen["last_seen_at"]
+    orphans = [i for i in ids if second.took(i)]
+    second.kill()  # kill -9: its row and its two leases lapse (OPENRELAY_LEASE_SECONDS=3)
+    wait_for(lambda: "live workers serving test/echo 1" in first.log(), "the killed worker to drop off")
+    wait_for(lambda: all(first.took(i) for i in orphans), "the worker left to take every slot")
+    (alone,) = _live_workers(server)
+    assert alone["pid"] == first.proc.pid and alone["batches_held"] == 4
+    engine.release("spread")
+    for batch_id in ids:
+        assert server.wait(batch_id, timeout=120)["status"] == "completed"
+    assert sum(first.took(i) for i in ids) == 6
+
+
+def test_a_worker_stopped_cleanly_leaves_the_live_workers_at_once(make_server, start_worker):
+    """SIGTERM (a rolling restart): the worker drains and deletes its row, so it is gone from `orl admin workers`
+    long before its lease (here 60 s) would have lapsed."""
+    server = _api_only(make_server, slots=2, concurrency=1, env={"OPENRELAY_LEASE_SECONDS": "60"})
+    first, second = start_worker(server), start_worker(server)
+    assert {w["pid"] for w in _live_workers(server)} == {first.proc.pid, second.proc.pid}
+    assert second.stop() == 0
+    assert [w["pid"] for w in _live_workers(server)] == [first.proc.pid]
+
+
+def test_a_batch_that_ends_hands_its_slot_to_the_next_at_once_not_a_tick_later(make_server, engine, start_worker):
+    """The claim loop runs every tick and also when one of its batches ends: with a tick of 60 s, the queued batch
+    takes the freed slot well before the next tick would come (the engine's gate says when it starts)."""
+    server = _api_only(make_server, slots=1, concurrency=1,
+                       env={"OPENRELAY_TICK_SECONDS": "60", "OPENRELAY_LEASE_SECONDS": "180"})
+    first = create(server, [chat("w0", "first #hold=wake-first")])["id"]
+    second = create(server, [chat("w1", "second #hold=wake-second")])["id"]
+    start_worker(server)  # its first tick queues both and starts the first in the only slot
+    engine.wait_held("wake-first")
+    assert engine.held("wake-second") == 0
+    engine.release("wake-first")
+    engine.wait_held("wake-second", timeout=30)  # half the tick: only the wake at the first's end can start it
+    engine.release("wake-second")
+    for batch_id in (first, second):
+        assert server.wait(batch_id)["status"] == "completed"

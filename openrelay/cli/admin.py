@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "store_places"]
 
-app = typer.Typer(help="Operate on the store directly: organizations, API keys and webhooks.",
+app = typer.Typer(help="Operate on the store directly: organizations, API keys, webhooks; the live workers.",
                   no_args_is_help=True)
 org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys.", no_args_is_help=True)
@@ -343,3 +343,14 @@ def webhook_log(
                                                          limit=limit)])
     except OpenRelayError as exc:
         _fail(exc)
+
+
+@app.command("workers")
+def workers_list() -> None:
+    """The live workers (`orl worker`, `orl serve`) on this store: host, pid, version, batches held, last seen."""
+    import dataclasses
+
+    from ..store.workers import WorkerRegistry
+
+    _accounts()  # opens the store
+    _print([dataclasses.asdict(w) for w in WorkerRegistry(_state["db"]).live()])

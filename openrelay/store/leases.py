@@ -4,6 +4,7 @@ the retry mark that gives a failed run back to the queue. Every time here is the
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
@@ -39,10 +40,13 @@ class BatchLeases:
                                 .values(status=BatchStatus.IN_PROGRESS.value)).rowcount
 
     def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
-              busy: frozenset[str] = frozenset(), *, runs: bool = True) -> Batch | None:
+              busy: frozenset[str] = frozenset(), *, runs: bool = True,
+              start_models: Collection[str] | None = None) -> Batch | None:
         """Lease the next batch this worker should act on, or None. ``busy``: batches this worker is acting on
         already; even if their lease lapsed (a stalled heartbeat), it must not start a second run of one.
         ``runs=False``: the worker runs as many batches as it may (``max_batches``); only a batch to end.
+        ``start_models``: the models it may run one more batch of (its share of their slots, ``worker/share.py``);
+        None: every model.
 
         First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
         cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
@@ -59,14 +63,18 @@ class BatchLeases:
             clock = self.db.clock(conn)
             free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
             to_end = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
-                         batches.c.model.not_in(models)]
+                      batches.c.model.not_in(models)]
+            orphaned = batches.c.started.is_(True)
+            if start_models is not None:
+                orphaned = sa.and_(orphaned, batches.c.model.in_(list(start_models)))
             row = conn.execute(sa.select(batches.c.id).where(
                 batches.c.status.in_(CLAIMABLE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
-                sa.or_(*to_end, *([batches.c.started.is_(True)] if runs else [])),
+                sa.or_(*to_end, *([orphaned] if runs else [])),
             ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
             queued = None
             if row is None and runs:
-                row = queued = self._next_queued(conn, slots, clock)
+                may_start = slots if start_models is None else {m: n for m, n in slots.items() if m in start_models}
+                row = queued = self._next_queued(conn, may_start, clock)
             if row is None:
                 return None
             taken = conn.execute(batches.update().where(batches.c.id == row.id, free).values(

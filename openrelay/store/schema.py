@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
-           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags"]
+           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags", "workers"]
 
 metadata = MetaData()
 
@@ -333,4 +333,19 @@ blob_deletions = Table(
     Column("blob_key", String(200), primary_key=True),
     Column("folder", Boolean, nullable=False),
     Column("queued_at", BigInteger, nullable=False),
+)
+
+# The live worker processes (store/workers.py): each renews its row (the database's clock); one past
+# ``expires_at`` is gone and no longer shares a model's slots.
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(200), primary_key=True),  # the worker id its batch leases carry (lease_owner)
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(40), nullable=False),
+    Column("models", Text, nullable=False),  # the models its catalog serves, one per line
+    Column("started_at", Float, nullable=False),
+    Column("last_seen_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
 )

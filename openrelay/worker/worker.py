@@ -26,6 +26,7 @@ from .gate import EngineGate
 from .limiter import ConcurrencyLimiter
 from .replicas import Replica
 from .run import BatchRun
+from .share import Heartbeat
 
 __all__ = ["Worker"]
 
@@ -43,8 +44,10 @@ class Worker:
         self._gates: dict[str, EngineGate] = {}
         self._groups: dict[str, ModelGroups] = {}  # per model: the prefix groups its runs send now
         self._active: dict[str, asyncio.Task[None]] = {}
-        self._runs: set[str] = set()  # of those, the batches being run (not only finalized): max_batches counts them
+        self._runs: dict[str, str] = {}  # of those, the batches being run (not only ended), with their models
+        self.heartbeat = Heartbeat(rt.workers, self.worker_id, self.slots, rt.settings.worker.lease_seconds)
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()  # a batch ended (a slot freed) or a stop: claim now, not at the next tick
         self.draining = False  # stopping: runs take no more records, finish their calls, hand their batches back
         self._limits_kept: dict[str, dict[str, Learnt]] = {}  # per model: what its limiters learnt, as last kept
         self._limits_kept_at = -math.inf
@@ -65,17 +68,20 @@ class Worker:
         return self._gates[model]
 
     async def run_forever(self) -> None:
+        await self.heartbeat.beat(force=True)  # counted among the live workers before its first claim
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.slots)) or "(no models)")
         while not self._stop.is_set():
             try:
+                await self.heartbeat.beat()
                 await self.tick()
                 await self.keep_learnt_limits()
             except Exception:  # keep the worker alive through a store hiccup; the next tick retries
                 log.exception("worker tick failed")
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self.rt.settings.worker.tick_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.rt.settings.worker.tick_seconds)
             except TimeoutError:
                 pass
+            self._wake.clear()
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.rt.batches.promote_validated)
@@ -83,19 +89,27 @@ class Worker:
         while len(self._active) < self.capacity and self.slots:
             runs = max_batches is None or len(self._runs) < max_batches
             batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
-                                            self.rt.settings.worker.lease_seconds, frozenset(self._active), runs=runs)
+                                            self.rt.settings.worker.lease_seconds, frozenset(self._active), runs=runs,
+                                            start_models=self._models_within_share())
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
             task = asyncio.create_task(self._serve(batch))
             self._active[batch.id] = task
             if batch.status is BatchStatus.IN_PROGRESS:
-                self._runs.add(batch.id)
+                self._runs[batch.id] = batch.model
             task.add_done_callback(lambda _t, bid=batch.id: self._done(bid))
 
     def _done(self, batch_id: str) -> None:
         self._active.pop(batch_id, None)
-        self._runs.discard(batch_id)
+        self._runs.pop(batch_id, None)
+        self._wake.set()  # its slot (or its room in ``capacity``) is free: the next queued batch need not wait a tick
+
+    def _models_within_share(self) -> list[str]:
+        """The models this worker runs fewer batches of than its share of their slots (``worker/share.py``)."""
+        running = list(self._runs.values())
+        share = self.heartbeat.share
+        return [model for model, slots in self.slots.items() if running.count(model) < share(model, slots)]
 
     async def _serve(self, batch: Batch) -> None:
         """Run or end the claimed batch; a run that fails is retried later (``_run_failed``)."""
@@ -158,12 +172,14 @@ class Worker:
         if not self._stop.is_set():
             log.info("worker %s stopping: its runs take no new record and finish their calls", self.worker_id)
         self._stop.set()
+        self._wake.set()
         self.draining = True
 
     async def stop(self) -> None:
         """Drain: claim nothing more, let the calls in flight finish and become durable (for at most
         ``drain_seconds``, then they are cancelled and run again elsewhere), hand every batch back."""
         self._stop.set()
+        self._wake.set()
         self.draining = True
         held = list(self._active)
         active = list(self._active.values())
@@ -175,6 +191,10 @@ class Worker:
         for batch_id in held:
             # A clean stop hands its batches back at once instead of leaving them until the lease lapses.
             await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
+        try:
+            await self.heartbeat.leave()  # the others' shares grow at their next beat, not a lease later
+        except Exception:  # the store is away: the row lapses with its lease
+            log.exception("worker %s: leaving the live workers failed", self.worker_id)
         try:
             await self.keep_learnt_limits(force=True)
         except Exception:  # the store is away: a later worker starts from what was kept before
