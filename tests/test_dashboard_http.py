@@ -8,10 +8,13 @@ import re
 
 import sqlalchemy as sa
 
+from openrelay.config import Settings
 from openrelay.money import usd_text
+from openrelay.runtime import open_runtime
+from openrelay.service import records
 from openrelay.store.files import Files
 from tests.conftest import BACKEND
-from tests.support.batches import CHAT, batch_ids, chat, jsonl, post_batch, upload
+from tests.support.batches import CHAT, batch_ids, chat, create, get, jsonl, post_batch, upload, wait_for
 from tests.support.browser import signed_in_client
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
@@ -90,3 +93,25 @@ def test_money_reads_in_significant_digits_from_the_integer():
     assert [usd_text(n) for n in (0, 1, 10, 1200, 1350, 12_345_678, 123_456_789, 999_499_999)] == [
         "$0", "$0.000000001", "$0.00000001", "$0.0000012", "$0.00000135", "$0.0123", "$0.123", "$0.999"]
     assert [usd_text(n) for n in (999_500_000, 5_000_000_000, 1_234_567_890_000)] == ["$1.00", "$5.00", "$1,234.57"]
+
+
+def test_the_record_browser_reads_the_composed_files_of_a_batch_that_ended_while_it_read(server, engine):
+    """A batch page read a running batch's chunks; when the batch ended meanwhile, they were composed into its
+    result files and deleted: the browser reads those files instead of failing (a 500 on the page before)."""
+    batch_id = create(server, [chat("bad", "refused #status=400"), chat("held", "slow #hold=browse-end")])["id"]
+    engine.wait_held("browse-end")
+    wait_for(lambda: server.http("GET", f"/files/file-{batch_id}-error").json()["openrelay"]["lines"] == 1,
+             "the refused record's line in a chunk")
+    rt = open_runtime(Settings.build(data_dir=server.data_dir, database_url=server.database_url,
+                                     catalog_path=server.data_dir / "catalog.toml"))
+    try:
+        key = rt.accounts.authenticate(server.api_key)
+        running = rt.batches.get(key.org_id, batch_id)  # as the page read it, before the end
+        assert not running.terminal and running.rejected_count == 0
+        engine.release("browse-end")
+        wait_for(lambda: get(server, batch_id)["status"] == "completed", "the batch to end")
+        assert records.error_summary(rt, key, running) == [("invalid_request_error", 1)]
+        page = records.browse_records(rt, key, batch_id)
+        assert sorted(r.custom_id for r in page.records) == ["bad", "held"]
+    finally:
+        rt.close()

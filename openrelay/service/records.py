@@ -10,13 +10,13 @@ on from the offset until it has a page, holding one page at most.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
-from ..blobs.base import BlobStore
+from ..blobs.base import BlobMissing, BlobStore
 from ..blobs.keys import rejections_key
 from ..errors import InvalidRequest, NotFound
 from ..runtime import Runtime
@@ -31,6 +31,8 @@ from .batches import get_batch
 
 __all__ = ["ResultLine", "RecordPage", "browse_records", "error_summary", "throughput", "find_request",
            "create_rejections", "RECORD_KINDS"]
+
+T = TypeVar("T")
 
 RECORD_KINDS = ("all", "success", "error")
 MAX_PAGE = 100
@@ -118,20 +120,35 @@ def browse_records(rt: Runtime, key: ApiKey, batch_id: str, *, kind: str = "all"
         raise InvalidRequest(f"kind must be one of: {', '.join(RECORD_KINDS)}", param="kind")
     limit = max(1, min(limit, MAX_PAGE))
     start_source, start_offset = _parse_cursor(cursor)
-    found: list[ResultLine] = []
-    for index, (source_kind, blob_key) in enumerate(_sources(rt.db, rt.files, batch)):
-        if index < start_source:
-            continue
-        for position, raw in _lines_from(rt.blobs, blob_key, start_offset if index == start_source else 0):
-            if not raw.strip():
+
+    def page(sources: list[tuple[str, str]]) -> RecordPage:
+        found: list[ResultLine] = []
+        for index, (source_kind, blob_key) in enumerate(sources):
+            if index < start_source:
                 continue
-            record = _result_line(source_kind, raw)
-            if record is None or not _keeps(record, kind, code, custom_id):
-                continue
-            if len(found) == limit:
-                return RecordPage(records=found, next_cursor=f"{index}:{position}")
-            found.append(record)
-    return RecordPage(records=found, next_cursor=None)
+            for position, raw in _lines_from(rt.blobs, blob_key, start_offset if index == start_source else 0):
+                if not raw.strip():
+                    continue
+                record = _result_line(source_kind, raw)
+                if record is None or not _keeps(record, kind, code, custom_id):
+                    continue
+                if len(found) == limit:
+                    return RecordPage(records=found, next_cursor=f"{index}:{position}")
+                found.append(record)
+        return RecordPage(records=found, next_cursor=None)
+
+    return _read_sources(rt, batch, page)
+
+
+def _read_sources(rt: Runtime, batch: Batch, read: Callable[[list[tuple[str, str]]], T]) -> T:
+    """``read`` of the batch's sources (``_sources``); when the batch ended while its chunks were read (they were
+    composed into its result files, then deleted), ``read`` again of the ended batch's files."""
+    try:
+        return read(_sources(rt.db, rt.files, batch))
+    except BlobMissing:
+        if batch.terminal:
+            raise
+    return read(_sources(rt.db, rt.files, rt.batches.get(batch.org_id, batch.id)))
 
 
 def _keeps(record: ResultLine, kind: str, code: str | None, custom_id: str | None) -> bool:
@@ -145,15 +162,18 @@ def _keeps(record: ResultLine, kind: str, code: str | None, custom_id: str | Non
 def error_summary(rt: Runtime, key: ApiKey, batch: Batch) -> list[tuple[str, int]]:
     """(code, count) of every error line so far, create rejections and run-time errors together, most first."""
     require(key, Scope.BATCH_READ, Scope.FILES_READ)
-    counts: Counter[str] = Counter()
-    for source_kind, blob_key in _sources(rt.db, rt.files, batch):
-        for _position, raw in _lines_from(rt.blobs, blob_key, 0):
-            if b'"error":null' in raw or not raw.strip():
-                continue  # a success line (orjson writes no spaces), skipped without parsing it
-            record = _result_line(source_kind, raw)
-            if record is not None and not record.ok:
-                counts[record.code or "(no code)"] += 1
-    return counts.most_common()
+    def count(sources: list[tuple[str, str]]) -> list[tuple[str, int]]:
+        counts: Counter[str] = Counter()
+        for source_kind, blob_key in sources:
+            for _position, raw in _lines_from(rt.blobs, blob_key, 0):
+                if b'"error":null' in raw or not raw.strip():
+                    continue  # a success line (orjson writes no spaces), skipped without parsing it
+                record = _result_line(source_kind, raw)
+                if record is not None and not record.ok:
+                    counts[record.code or "(no code)"] += 1
+        return counts.most_common()
+
+    return _read_sources(rt, batch, count)
 
 
 def throughput(results: Results, key: ApiKey, batch: Batch, buckets: int = 24) -> list[dict[str, int]]:
