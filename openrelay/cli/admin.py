@@ -18,9 +18,7 @@ from ..types import ALL_SCOPES, ApiKey
 from .http import exit_code
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
     from ..store.accounts import Accounts
-    from ..store.webhooks import WebhookStore
 
 __all__ = ["app", "store_places"]
 
@@ -215,135 +213,6 @@ def key_revoke(key_id: str) -> None:
 
 
 # -- webhooks ------------------------------------------------------------------------------------------------------
-
-webhook_app = typer.Typer(help="Webhook endpoints of organizations, and their delivery log.", no_args_is_help=True)
-app.add_typer(webhook_app, name="webhook")
-
-CatalogOption = Annotated[Path | None, typer.Option(
-    "--catalog", help="The catalog of `orl serve`, for its [webhooks] allow (default: the built-in one, which "
-                      "lets no webhook reach a loopback or private address).")]
-
-
-def _webhooks() -> WebhookStore:
-    from ..store.webhooks import WebhookStore
-
-    _accounts()  # opens the store
-    return WebhookStore(_state["db"])
-
-
-def _catalog(path: Path | None) -> Catalog:
-    from ..catalog import load_catalog
-    from ..errors import CatalogError
-
-    try:
-        return load_catalog(path)
-    except CatalogError as exc:
-        typer.echo(f"orl: {exc.message}", err=True)
-        raise typer.Exit(2) from None
-
-
-@webhook_app.command("add")
-def webhook_add(
-    org: Annotated[str, typer.Option(help="Organization name.")],
-    url: Annotated[str, typer.Option(help="Where the organization's events are posted (http or https).")],
-    catalog: CatalogOption = None,
-    events: Annotated[str | None, typer.Option(help="Only these event types, comma-separated, e.g. "
-                                                    "batch.completed,batch.failed (default: every type).")] = None,
-) -> None:
-    """Register an endpoint; prints only its signing secret (whsec_...) on stdout (it is shown once)."""
-    from ..service.webhooks import event_types, register_endpoint
-
-    try:
-        subscribed = None if events is None else event_types([e.strip() for e in events.split(",")])
-        endpoint, secret = register_endpoint(_webhooks(), _catalog(catalog), _accounts().org_by_name(org).id, url,
-                                             subscribed)
-    except OpenRelayError as exc:
-        _fail(exc)
-    typer.echo(f"webhook endpoint {endpoint.id} of {org}: {endpoint.url}", err=True)
-    typer.echo(secret)
-
-
-@webhook_app.command("list")
-def webhook_list(org: Annotated[str | None, typer.Option(help="Only this organization's endpoints.")] = None,
-                 ) -> None:
-    """List endpoints (never their secrets)."""
-    try:
-        accounts = _accounts()
-        org_id = accounts.org_by_name(org).id if org else None
-        names = {o.id: o.name for o in accounts.list_orgs()}
-        _print([{**e.as_api(), "org_id": e.org_id, "org": names.get(e.org_id)}
-                for e in _webhooks().list_endpoints(org_id)])
-    except OpenRelayError as exc:
-        _fail(exc)
-
-
-@webhook_app.command("remove")
-def webhook_remove(endpoint_id: str) -> None:
-    """Remove an endpoint by id: nothing more is sent to it, its pending deliveries end; its log stays."""
-    try:
-        removed = _webhooks().remove_endpoint(endpoint_id)
-    except OpenRelayError as exc:
-        _fail(exc)
-    _print({**removed.as_api(), "org_id": removed.org_id, "removed": True})
-
-
-@webhook_app.command("test")
-def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
-    """Send a signed webhook.test event to an endpoint now and print the attempt; exit 1 unless it answered
-    2xx. Logged like every delivery; not retried."""
-    from ..service.webhooks import send_test_event
-
-    try:
-        settings = Settings.build(data_dir=Path("."), database_url=_state["url"])
-        attempt = send_test_event(_webhooks(), _catalog(catalog), settings, endpoint_id)
-    except OpenRelayError as exc:
-        _fail(exc)
-    _print(attempt.as_json())
-    if attempt.outcome != "delivered":
-        raise typer.Exit(1)
-
-
-@webhook_app.command("rotate")
-def webhook_rotate(endpoint_id: str) -> None:
-    """Give an endpoint a new signing secret, printed alone on stdout (shown once). Deliveries are signed by the
-    old and the new secret for OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS (24 h), then by the new one only."""
-    from ..service.webhooks import rotate_secret
-
-    try:
-        settings = Settings.build(data_dir=Path("."), database_url=_state["url"])
-        rotated = rotate_secret(_webhooks(), settings, endpoint_id)
-    except OpenRelayError as exc:
-        _fail(exc)
-    typer.echo(f"webhook endpoint {endpoint_id}: new secret; the old one also signs until "
-               f"{rotated['previous_secret_expires_at']} (seconds since the epoch)", err=True)
-    typer.echo(rotated["secret"])
-
-
-@webhook_app.command("replay")
-def webhook_replay(delivery_id: str) -> None:
-    """Send a delivery (its id from `log`) again, delivered, given up or not: a new attempt with the same
-    webhook-id and body, sent by the workers now and retried like any delivery. Prints the delivery."""
-    try:
-        _print(_webhooks().replay_delivery(delivery_id).as_api())
-    except OpenRelayError as exc:
-        _fail(exc)
-
-
-@webhook_app.command("log")
-def webhook_log(
-    org: Annotated[str | None, typer.Option(help="Only this organization's deliveries.")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="Only deliveries to this endpoint id.")] = None,
-    event: Annotated[str | None, typer.Option(help="Only this event id's deliveries.")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Attempts to show.")] = 100,
-) -> None:
-    """The delivery log: every attempt, newest first, with its answer or why there was none."""
-    try:
-        org_id = _accounts().org_by_name(org).id if org else None
-        _print([a.as_json() for a in _webhooks().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
-                                                         limit=limit)])
-    except OpenRelayError as exc:
-        _fail(exc)
-
 
 @app.command("workers")
 def workers_list() -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ..config import DEFAULT_DATA_DIR, BatchLimits, HttpLimits, RetentionSettings, Settings, WorkerSettings, env_var
-from . import admin, batch_results, batches, files, models, prune
+from . import admin, admin_webhooks, batch_results, batches, files, models, prune
 
 __all__ = ["app", "main"]
 
@@ -22,6 +22,7 @@ batches.app.command("retry")(batch_results.retry)
 app.add_typer(files.app, name="files")
 app.add_typer(admin.app, name="admin")
 admin.app.command("prune")(prune.prune)
+admin.app.add_typer(admin_webhooks.webhook_app, name="webhook")
 app.command("models")(models.models)
 
 DataDir = Annotated[Path, typer.Option(help="Where the SQLite store and the blobs live.")]

@@ -22,8 +22,7 @@ def prune(
                                                          f"{env_var(RetentionSettings, 'retention_days')}, else "
                                                          "none).")] = None,
 ) -> None:
-    """Delete expired files, batches past the retention (with their files and bytes), old bookkeeping rows and
-    the webhook delivery log past its age (not counted by --dry-run)."""
+    """Delete expired files, batches past the retention with their bytes, old bookkeeping and webhook logs."""
     from ..errors import OpenRelayError
     from ..runtime import open_blob_store
     from ..store.db import Database
