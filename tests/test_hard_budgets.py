@@ -1,6 +1,6 @@
 """Hard budgets, opt-in per key (`orl admin key create|set-budget --hard-budget`): a create reserves the batch's
 maximum cost (the dry run's ``max_cost_nano_usd``) or is refused with 402; settled records turn the reservation
-into spend; the batch's end releases the rest. Keys without the flag keep the seeds' rule (tests/test_lifecycle.py,
+into spend; the batch's end releases the rest. Keys without the flag keep the default rule (tests/test_lifecycle.py,
 tests/test_create_refusals.py)."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def test_the_reservation_turns_into_spend_as_records_settle_and_the_end_releases
     assert shown["reserved_nano_usd"] == 0 and shown["left_nano_usd"] == 10**9 - shown["spent_nano_usd"]
 
 
-def test_a_batch_that_does_not_fit_is_refused_whole_and_keys_without_the_flag_keep_the_seeds_rule(server, engine):
+def test_a_batch_that_does_not_fit_is_refused_whole_and_keys_without_the_flag_keep_the_default_rule(server, engine):
     hold = f"soft-{secrets.token_hex(3)}"
     records = _records(hold)
     org, secret, key_id = _hard_key(server, 10**9, "--hard-budget")
@@ -158,7 +158,7 @@ def test_a_batch_that_does_not_fit_is_refused_whole_and_keys_without_the_flag_ke
     assert file_ids(server, api_key=secret) == {upload.id}
     assert _show(server, key_id)["reserved_nano_usd"] == 0
 
-    # The same budget without the flag: the seeds' rule, only "used up" is checked, and nothing is reserved.
+    # The same budget without the flag: the default rule, only "used up" is checked, and nothing is reserved.
     soft = org_key(server, org, "--budget-usd", _usd(max_cost - 1))
     created = post_batch(server, api_key=soft, requests=records)
     assert created.status_code == 200, created.text

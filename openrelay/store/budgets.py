@@ -5,7 +5,7 @@ A key's ``reserved_nano_usd`` is the sum of its batches' own ``reserved_nano_usd
 transaction that already does the rest of its work: the reservation in the create's (``Batches.create``), the
 settling in a chunk's commit and the release in the finalizing (``store/results.py``), both fenced by the lease.
 The reservation is one conditional ``UPDATE`` of the key's row, so concurrent creates on any number of processes
-queue on that row and none can pass the cap together. Keys without the flag keep the seeds' rule
+queue on that row and none can pass the cap together. Keys without the flag keep the default rule
 (``service/auth.py``'s ``require_budget``): only "used up" is checked. The guide: docs/deploy.md, "Hard budgets".
 """
 

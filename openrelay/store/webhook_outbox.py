@@ -178,9 +178,9 @@ class WebhookOutbox:
                          .values(next_attempt_at=clock + hold_seconds, claim_token=token))
             payload = conn.execute(sa.select(webhook_events.c.payload).where(webhook_events.c.id == event_id)
                                    ).scalar_one()
-            delivery_id = conn.execute(sa.select(d.id).where(d.event_id == event_id)).scalar_one()
+            written_id = conn.execute(sa.select(d.id).where(d.event_id == event_id)).scalar_one()
         previous = previous_secret_in_force(endpoint.previous_secret, endpoint.rotated_at, clock, rotation_overlap)
-        return DueDelivery(event_id=event_id, endpoint_id=endpoint_id, delivery_id=delivery_id,
+        return DueDelivery(event_id=event_id, endpoint_id=endpoint_id, delivery_id=written_id,
                            org_id=endpoint.org_id, url=endpoint.url, secret=endpoint.secret,
                            previous_secret=previous, payload=payload.encode(), attempt=1, enqueued_at=clock,
                            claim_token=token)
