@@ -137,8 +137,15 @@ class TestEngines:
             httpx.post(url.removesuffix("/v1") + "/control/reset", timeout=10).raise_for_status()
 
     def too_many_requests(self) -> int:
-        return sum(httpx.get(url.removesuffix("/v1") + "/control/stats", timeout=10).json()["too_many_requests"]
-                   for url in self.urls)
+        return sum(stats["too_many_requests"] for stats in self._stats())
+
+    def span(self) -> tuple[float, float] | None:
+        """Wall-clock seconds of the first request's arrival and of the last answer, over the replicas."""
+        stats = [s for s in self._stats() if s["first_at"] is not None]
+        return (min(s["first_at"] for s in stats), max(s["last_at"] for s in stats)) if stats else None
+
+    def _stats(self) -> list[dict[str, Any]]:
+        return [httpx.get(url.removesuffix("/v1") + "/control/stats", timeout=10).json() for url in self.urls]
 
     def close(self) -> None:
         for proc in self.procs:
@@ -166,6 +173,9 @@ class LlamaEngines:
     def too_many_requests(self) -> int:
         return 0  # llama-server queues what its slots cannot take
 
+    def span(self) -> tuple[float, float] | None:
+        return None  # llama-server does not say when its first request came
+
     def close(self) -> None:
         for proc in self.procs:
             stop_llama_cpp_server(proc)
@@ -186,12 +196,20 @@ class Run:
     cached_tokens: int
     output_tokens: int
     too_many_requests: int = 0
+    started: float = 0.0  # wall clock (time.time) of the create, or of the plain client's first request
+    ended: float = 0.0  # ... and of seeing the batch completed, or of the plain client's last answer
+    engine_span: tuple[float, float] | None = None  # the engine's first request and last answer (test engine)
 
     def line(self, label: str) -> str:
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        return (f"    {label:<34} {self.seconds:7.2f} s  {self.prompt_tokens / self.seconds:9,.0f} prompt tok/s  "
+        text = (f"    {label:<34} {self.seconds:7.2f} s  {self.prompt_tokens / self.seconds:9,.0f} prompt tok/s  "
                 f"{self.output_tokens / self.seconds:7,.0f} output tok/s  cached {share:6.1%}  "
                 f"429s {self.too_many_requests}")
+        if self.engine_span is not None and self.started:
+            first, last = self.engine_span
+            text += (f"  (engine busy {last - first:.2f} s: {first - self.started:.2f} s before its first request, "
+                     f"{self.ended - last:.2f} s after its last answer)")
+        return text
 
 
 def add_usage(totals: list[int], usage: dict[str, Any]) -> None:
@@ -225,14 +243,14 @@ async def direct_client(urls: list[str], path: Path, concurrency: int, served: s
                 add_usage(totals, answer["usage"])
                 records += 1
 
-        start = time.perf_counter()
+        started, start = time.time(), time.perf_counter()
         await asyncio.gather(*(lane() for _ in range(concurrency)))
         seconds = time.perf_counter() - start
-    return Run(seconds, records, *totals)
+    return Run(seconds, records, *totals, started=started, ended=time.time())
 
 
 def batch_run(server: Server, file_id: str, poll_seconds: float) -> Run:
-    start = time.perf_counter()
+    started, start = time.time(), time.perf_counter()
     answer = server.http("POST", "/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
                                                    "completion_window": "24h"})
     answer.raise_for_status()
@@ -240,14 +258,14 @@ def batch_run(server: Server, file_id: str, poll_seconds: float) -> Run:
     while (batch := server.http("GET", f"/batches/{batch_id}").json())["status"] not in (
             "completed", "failed", "expired", "cancelled"):
         time.sleep(poll_seconds)
-    seconds = time.perf_counter() - start
+    seconds, ended = time.perf_counter() - start, time.time()
     assert batch["status"] == "completed", batch
     assert batch["request_counts"]["completed"] == batch["request_counts"]["total"], batch
     totals = [0, 0, 0]
     content = server.http("GET", f"/files/{batch['output_file_id']}/content").content
     for raw in content.splitlines():
         add_usage(totals, orjson.loads(raw)["response"]["body"]["usage"])
-    return Run(seconds, batch["request_counts"]["completed"], *totals)
+    return Run(seconds, batch["request_counts"]["completed"], *totals, started=started, ended=ended)
 
 
 # -- workloads ----------------------------------------------------------------------------------------------------
@@ -313,6 +331,7 @@ def run_workload(workload: Workload, engines: Engines, work: Path, path: Path, r
                 else:
                     run = asyncio.run(direct_client(engines.urls, path, workload.concurrency, engines.served))
                 run.too_many_requests = engines.too_many_requests()
+                run.engine_span = engines.span()
                 runs[side] = run
             print(runs["batch"].line("orl serve batch"), flush=True)
             batches.append(runs["batch"])
