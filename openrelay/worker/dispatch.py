@@ -9,9 +9,12 @@ record), drops the records already settled, and fetches the bodies a window at a
 A group whose prefix the engine has not seen yet starts with one record, its leader; the rest of the group waits
 until the leader's answer is back (its prefix is then in the engine's cache), while the lanes go on with other
 groups' leaders and the records of groups already warm (an answer within the last two seconds, ``ModelGroups``).
-Sent together onto a cold prefix, a group's records would all miss the cache. When a group is done the run takes
-next a group that another batch of the model is sending now. A batch with no stored order (created before it
-existed, an embeddings batch, or ``prefix_grouping = false``) runs in input order.
+Sent together onto a cold prefix, a group's records would all miss the cache. A few groups warm or send at once
+(``warming_allowed``); as soon as one has sent all its records, the next group's leader goes ahead of the records
+already released, so that groups warm one after another while others are sent rather than in waves with the lanes
+idle between. When a group is done the run takes next a group that another batch of the model is sending now. A
+batch with no stored order (created before it existed, an embeddings batch, or ``prefix_grouping = false``) runs
+in input order.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ Pending = tuple[int, "dict[str, Any] | Unreadable", int]  # (line, record, prefi
 
 _WINDOW_RECORDS = 64  # bodies fetched in one range read, at most ...
 _WINDOW_BYTES = 4 << 20  # ... and this many bytes of them (one record more when a single one is larger)
-# Groups of one run whose leader is out at once: a quarter of the requests the run may have in flight, 1 to 4. More
-# would push each other out of a small cache (bench_scheduling at 16 lanes: 4 best, 8 worse); with 2 lanes on an
-# engine of 2 slots, a second group warming takes the slot the first group's records need.
+# Groups of one run warming (leader out) or with records still to send, at once: a quarter of the requests the run
+# may have in flight, 1 to 4. More would push each other out of a small cache (bench_scheduling at 16 lanes: 4 best,
+# 5 and more worse); with 2 lanes on an engine of 2 slots, a second group warming takes the slot the first group's
+# records need.
 _MAX_WARMING = 4
 
 
@@ -114,42 +118,57 @@ class DispatchQueue:
         self._next_run = 0  # the first run in the stored order that may still be untaken
         self._open: deque[tuple[int, int]] = deque()  # index ranges that may go now
         self._parked: dict[int, list[tuple[int, int]]] = {}  # a warming group's records, waiting for its leader
+        self._live: dict[int, int] = {}  # groups sent a leader of: their records not handed out yet
+        self._out = 0  # records handed out whose end (done) has not come yet
         self._loaded = False
 
     async def take(self) -> Pending | None:
-        """The next record to send, or None when every record has been taken."""
+        """The next record to send, or None when every record has been taken. It waits while as many of the
+        run's records are out as it may have in flight (more lanes than that, with an adaptive limit), so that
+        which record goes next is decided when it can go: a group's leader goes ahead of records taken earlier."""
         async with self._lock:
-            if not self._loaded:
-                await asyncio.to_thread(self._load)
-            if self._input_order is not None:
-                item = next(self._input_order, None)
-                return None if item is None else (item[0], item[1], 0)
-            while not self._ready:
-                if self._open:
-                    await self._fetch(self._window())
-                    break
-                run = self._next_run_index() if len(self._parked) < warming_allowed(self.in_flight()) else None
-                if run is not None:
-                    start, end = self._take_run(run)
-                    group = self._groups[start]
-                    if end - start == 1 or group == 0 or self.groups.is_warm(group):
-                        self._open.append((start, end))
-                        continue
-                    self._parked.setdefault(group, []).append((start + 1, end))
-                    await self._fetch([start])  # the leader goes alone; done() lets the rest go
-                    break
-                if not self._parked:
-                    return None
+            # One at the least: with every replica out of rotation (a limit of 0) a record still goes to wait for
+            # one, where a cancel or the window's end stops it.
+            while self._out >= max(1, self.in_flight()):
                 self._released.clear()
                 await self._released.wait()
-            return self._ready.pop()
+            item = await self._next()
+            if item is not None:
+                self._out += 1
+            return item
+
+    async def _next(self) -> Pending | None:
+        if not self._loaded:
+            await asyncio.to_thread(self._load)
+        if self._input_order is not None:
+            item = next(self._input_order, None)
+            return None if item is None else (item[0], item[1], 0)
+        while True:
+            allowed = warming_allowed(self.in_flight())
+            if len(self._live) < allowed and (leader := await self._lead_next()) is not None:
+                return leader  # ahead of the records ready: it warms while they go
+            if self._ready:
+                return self._hand_out()
+            if self._open:
+                self._ready = await self._read(self._window())
+                self._ready.reverse()
+                continue
+            run = self._next_run_index()
+            if run is not None and not self._needs_leader(run):
+                self._open.append(self._take_run(run))
+                continue
+            if not self._parked:
+                return None
+            self._released.clear()
+            await self._released.wait()
 
     def done(self, group: int) -> None:
         """A record of ``group`` has its answer (or ended without one): a group it led may go now, first."""
+        self._out -= 1
         ranges = self._parked.pop(group, None)
         if ranges:
             self._open.extendleft(reversed(ranges))
-            self._released.set()
+        self._released.set()
 
     def close(self) -> None:
         if self._input_order is not None:
@@ -215,9 +234,36 @@ class DispatchQueue:
                 self._open.appendleft((start, end))
         return window
 
-    async def _fetch(self, window: list[int]) -> None:
+    def _needs_leader(self, run: int) -> bool:
+        """Whether the run is a group of several records that the engine has not seen lately."""
+        start = self._run_starts[run]
+        end = self._run_starts[run + 1] if run + 1 < len(self._run_starts) else len(self._lines)
+        group = self._groups[start]
+        return end - start > 1 and group != 0 and not self.groups.is_warm(group)
+
+    async def _lead_next(self) -> Pending | None:
+        """The leader of the next run if that is a group to warm: its other records wait for its answer."""
+        run = self._next_run_index()
+        if run is None or not self._needs_leader(run):
+            return None
+        start, end = self._take_run(run)
+        group = self._groups[start]
+        self._parked.setdefault(group, []).append((start + 1, end))
+        self._live[group] = self._live.get(group, 0) + end - start - 1
+        return (await self._read([start]))[0]
+
+    def _hand_out(self) -> Pending:
+        item = self._ready.pop()
+        group = item[2]
+        left = self._live.get(group)
+        if left is not None:
+            if left > 1:
+                self._live[group] = left - 1
+            else:
+                del self._live[group]  # all of it sent: the next group may start warming
+        return item
+
+    async def _read(self, window: list[int]) -> list[Pending]:
         ranges = [(self._offsets[i], self._lengths[i]) for i in window]
         bodies = await asyncio.to_thread(self.blobs.read_ranges, self.batch.input_blob_key, ranges)
-        self._ready = [(self._lines[i], load_record(raw), self._groups[i]) for i, raw in zip(window, bodies,
-                                                                                                 strict=True)]
-        self._ready.reverse()
+        return [(self._lines[i], load_record(raw), self._groups[i]) for i, raw in zip(window, bodies, strict=True)]
