@@ -155,6 +155,33 @@ def test_flat_latency_grows_to_the_maximum() -> None:
     assert set(sim.limits(20)) == {64}
 
 
+def first_at(sim: Simulation, limit: int) -> float:
+    """When the limit first reached ``limit`` (simulated seconds)."""
+    return next(at for at, _, reached in sim.answers if reached >= limit)
+
+
+def test_slow_start_doubles_every_round_of_calls() -> None:
+    """A fresh limiter on an engine with room for every call (calls of 1 s): four calls one after another at the
+    bottom (4 s), then one call more per answer while every slot is taken, a doubling a round: 64 within 10 s.
+    (Doubling once per window of at least six calls, it took 14 s.)"""
+    sim = Simulation(SimulatedEngine(knee=10_000), lambda clock: ConcurrencyLimiter(1, 64, clock=clock)).run(20)
+    assert first_at(sim, 64) <= 10, first_at(sim, 64)
+    assert sim.made.limit == 64
+
+
+@pytest.mark.parametrize("knee", [8, 16, 32])
+def test_slow_start_ends_at_the_first_rise(knee: int) -> None:
+    """Growing a call per answer overshoots the knee by one round at most (twice the knee), and the first window
+    whose latency rises ends it: within 10 simulated seconds (the answers of a window sent at twice the knee, each
+    twice as slow) the limit is back at or under the knee, with no 429 from an engine that answers 429 past three
+    times its knee."""
+    sim = Simulation(SimulatedEngine(knee=knee, drop=1.0, reject_above=3 * knee)).run(60)
+    peak = max(sim.limits(0))
+    assert peak <= 2 * knee
+    assert min(sim.limits(first_at(sim, peak), first_at(sim, peak) + 10)) <= knee
+    assert sim.overload_share(0) == 0 and not sim.made._slow_start
+
+
 @pytest.mark.parametrize("drop", [0.5, 1.0])
 def test_stays_near_the_knee(drop: float) -> None:
     """Latency flat up to 16 calls and rising steeply after: the limit stays within 12..24 once it has found it."""

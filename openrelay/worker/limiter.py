@@ -20,11 +20,11 @@ TOLERANCE = 0.2  # a window's typical call up to 20% slower than the baseline st
 # Answers a window needs at the least: enough that a low limit is not judged on a few calls, and that its latency's
 # bound is a light call's with a heavy call or two among them.
 MIN_WINDOW = 12
-# Until the engine first pushes back, windows are smaller, so that an engine with room for many calls is soon sent
-# them: the first, sent one call after another at the bottom, and each doubling after it. A window's bound is never
-# its slowest answer, so that one heavy call among them does not set the baseline.
+# Until the engine first pushes back, windows are smaller, so that a latency rise is seen within a round of calls
+# while the limit grows by one call per answer (slow start). A window's bound is never its slowest answer, so that
+# one heavy call among them does not set the baseline.
 SLOW_START_WINDOW = 6
-MIN_ANSWERS = 4  # answers a window needs to offer the baseline its latency
+MIN_ANSWERS = 4  # answers a window needs to offer the baseline its latency; the first window, at the bottom, has these
 PROBE_STEP = 1 / 16  # below the limit it last backed off from, a low limit grows by at least this share of itself
 BASELINE_WINDOWS = 256  # the baseline forgets a window after this many more: a workload that got slower is relearnt
 LATENCY_BACKOFF = (0.5, 0.9)  # a slow window multiplies the limit by tolerated/observed, held within these bounds
@@ -125,10 +125,14 @@ class ConcurrencyLimiter:
         token.released = True
         self._in_flight -= 1
         window = token.window
+        latency = (self._clock() - token.sent) / max(work, 1e-9)
         if window is not None:
             window.outstanding -= 1
             if outcome is Outcome.SUCCESS:
-                window.answered((self._clock() - token.sent) / max(work, 1e-9))
+                window.answered(latency)
+        if outcome is Outcome.SUCCESS and self._slow_start and self._lows and self._in_flight + 1 >= self.limit \
+                and latency <= (1 + self.tolerance) * self._recent_low():
+            self._set_estimate(self._estimate + 1)  # every slot was taken and the engine kept up
         if outcome is Outcome.OVERLOAD and token.sent >= self._backed_off:
             ceiling = self._estimate
             self._set_estimate(ceiling * OVERLOAD_BACKOFF)
@@ -178,7 +182,7 @@ class ConcurrencyLimiter:
     def _start_window(self) -> Window:
         """A new window (calls of an undecided earlier one, out still, no longer count)."""
         self._windows += 1
-        least = SLOW_START_WINDOW if self._slow_start else MIN_WINDOW
+        least = MIN_WINDOW if not self._slow_start else SLOW_START_WINDOW if self._lows else MIN_ANSWERS
         self._window = Window(max(least, self.limit), (1 + self.tolerance) * self._recent_low(), self._in_flight)
         return self._window
 
@@ -239,7 +243,8 @@ class ConcurrencyLimiter:
     def _grow(self) -> None:
         self._kept_up = self.limit
         if self._slow_start:
-            self._set_estimate(self._estimate * 2)
+            if self._window.threshold == math.inf:
+                self._set_estimate(self._estimate * 2)  # the bottom measured: answers grow it from now on
         else:
             if self._estimate >= self._ceiling:  # past where the engine last pushed back, and it keeps up
                 self._ceiling = math.inf
