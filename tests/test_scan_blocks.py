@@ -7,6 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from openrelay.validation import lines as lines_module
 from openrelay.validation import scan
 from openrelay.validation.lines import Block, read_blocks
 from openrelay.validation.records import NumberGate
@@ -95,3 +96,21 @@ def test_the_number_gate_reads_a_block_to_its_last_byte(tail, suspect):
     for data in (tail, b'{"a":1}\n' + tail, b"x" * 1000 + b"\n" + tail):
         block = Block(1, data)
         assert gate.suspects(block) == (({block.count - 1} if suspect else set()), True), data[-20:]
+
+
+@pytest.mark.parametrize("short", [b"", b"  ", b"x" * 30])
+def test_lines_long_then_short_keep_their_places(short, tmp_path, monkeypatch):
+    """After a block of long lines the next block's newlines are looked for one by one; a block of short lines
+    there goes back to numpy's marks, and every line keeps its place either way."""
+    find, found = lines_module._find_newlines, []
+    monkeypatch.setattr(lines_module, "_find_newlines", lambda data: found.append(find(data)) or found[-1])
+    lines = [b"y" * (3_000 + i % 5) for i in range(800)] + [short] * 60_000 + [b"z" * 2_500] * 900
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with open(path, "rb") as handle:
+        blocks = list(read_blocks(handle, 1 << 20))
+    assert any(f is None for f in found) and any(f is not None for f in found)  # both ways were taken
+    assert [raw for block in blocks for raw in block.lines] == lines
+    for block in blocks:
+        assert block.newlines().tolist() == [i for i, byte in enumerate(block.data) if byte == 10]
+        assert block.lengths().tolist() == [len(raw) for raw in block.lines]

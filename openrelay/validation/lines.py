@@ -103,6 +103,7 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
     carried = 0
     head: bytes | None = b""  # the first bytes, until it is known whether they begin with a byte order mark
     marks = np.empty(_BLOCK, np.bool_)
+    long_lines = False  # whether the last block's lines were long enough for ``_find_newlines``
     while True:
         try:
             chunk = handle.read(_BLOCK)
@@ -136,9 +137,12 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
         data = b"".join([*carry, memoryview(chunk)[:cut]]) if carry else chunk[:cut]  # one copy, not two
         tail = chunk[cut + 1:]
         carry, carried = ([tail], len(tail)) if tail else ([], 0)
-        if len(marks) < len(data):
-            marks = np.empty(len(data), np.bool_)
-        newlines = np.flatnonzero(np.equal(np.frombuffer(data, np.uint8), _NEWLINE, out=marks[:len(data)]))
+        newlines = _find_newlines(data) if long_lines else None
+        if newlines is None:
+            if len(marks) < len(data):
+                marks = np.empty(len(data), np.bool_)
+            newlines = np.flatnonzero(np.equal(np.frombuffer(data, np.uint8), _NEWLINE, out=marks[:len(data)]))
+        long_lines = len(data) >= _LONG_LINE * (len(newlines) + 1)
         block = Block(number, data, len(newlines) + 1, newlines=newlines)
         if len(data) > max_line_bytes and (too_long := block.lengths() > max_line_bytes).any():
             first_long = int(too_long.argmax())
@@ -149,6 +153,24 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
             raise _too_long(number + first_long, max_line_bytes)
         yield block
         number += block.count
+
+
+_LONG_LINE = 2048  # bytes a line, on average, from which a newline is found faster by bytes.find than by numpy
+
+
+def _find_newlines(data: bytes) -> np.ndarray | None:
+    """Where ``data`` holds a newline, found one after the other (memchr): for long lines, where numpy's pass
+    over every byte and its array of marks cost more than a call a line (twice as fast at 3.7 KB a line). None
+    once the lines prove short (a line in 512 bytes): numpy's pass is then the cheaper."""
+    found: list[int] = []
+    limit = len(data) // 512
+    at = data.find(b"\n")
+    while at >= 0:
+        if len(found) > limit:
+            return None
+        found.append(at)
+        at = data.find(b"\n", at + 1)
+    return np.array(found, np.int64)
 
 
 def numbered_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
