@@ -1,8 +1,9 @@
 """One streaming pass over a batch's input: whole-input refusals first, then every record's verdict.
 
-Memory holds one entry per record with a custom_id (to find duplicates and the batch's model), the
-rejections and, when asked, what the dispatch order needs of each accepted record (``prefix.PrefixCollector``:
-its line, where its line lies in the stored input, its prompt's prefix hashes); never the records themselves.
+Memory holds one entry per record with a custom_id (to find duplicates: an 8-byte hash in the first pass, the
+id itself in the full pass, which also keeps its line and model), the rejections and, when asked, what the
+dispatch order needs of each accepted record (``prefix.PrefixCollector``: its line, where its line lies in the
+stored input, its prompt's prefix hashes); never the records themselves.
 The common record (well-formed, no extensions, an offered model) is accepted by an inlined fast path; anything
 else goes through ``check_record``, which decides the exact code. Inline requests arrive as the raw bytes of
 each element of ``requests``, so they are judged by the very same code as an input file's lines, with the same
@@ -86,8 +87,8 @@ def scan_records(source: Callable[[], Blocks], *, endpoint: str, catalog: Catalo
     without prompt fields has none); offsets count from the input's first line.
     """
     fields = PROMPT_FIELDS.get(endpoint, ()) if collect_prefixes else ()
-    # Neither pass creates reference cycles; without this, the cyclic collector re-walks the growing set and
-    # list again and again (about a fifth of the create time at 50,000 records).
+    # Neither pass creates reference cycles; without this, the cyclic collector re-walks the growing lists and
+    # sets again and again (about a fifth of the create time at 50,000 records, when the first pass kept a set).
     paused = gc.isenabled()
     gc.disable()
     try:
