@@ -129,7 +129,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
         first = block.first
         suspects, ascii_block = gate.suspects(block) if total < max_records else (set(), True)
         skipped: list[int] = []  # the block's lines that are not records that pass (mostly none)
-        ids: list[str] = []  # the first pass's custom_ids of the block's records off the block path
+        ids: list[str] = []  # the first pass's custom_ids met line by line (records that pass, and rejected ones)
         collected = len(prefixes) if prefixes is not None else 0
         chained: list[int] = []  # the block's records with a prompt long enough to hash, and their prompts
         prompts: list[Any] = []
