@@ -1,8 +1,9 @@
 """One streaming pass over a batch's input: whole-input refusals first, then every record's verdict.
 
-Memory holds one entry per record with a custom_id (to find duplicates and the batch's model), the
-rejections and, when asked, what the dispatch order needs of each accepted record (``prefix.PrefixCollector``:
-its line, where its line lies in the stored input, its prompt's prefix hashes); never the records themselves.
+Memory holds one entry per record with a custom_id (to find duplicates: an 8-byte hash in the first pass, the
+id itself in the full pass, which also keeps its line and model), the rejections and, when asked, what the
+dispatch order needs of each accepted record (``prefix.PrefixCollector``: its line, where its line lies in the
+stored input, its prompt's prefix hashes); never the records themselves.
 The common record (well-formed, no extensions, an offered model) is accepted by an inlined fast path; anything
 else goes through ``check_record``, which decides the exact code. Inline requests arrive as the raw bytes of
 each element of ``requests``, so they are judged by the very same code as an input file's lines, with the same
@@ -79,14 +80,15 @@ def scan_records(source: Callable[[], Blocks], *, endpoint: str, catalog: Catalo
                  collect_prefixes: bool = False) -> ScanResult:
     """Judge every record; raises InputRefused for workflow, too many records, or unreadable input.
 
-    ``source`` opens the input afresh each call. The first pass keeps only the set of custom_ids; an input with
-    a duplicate or a second model is read again by a pass that keeps each record's line and model.
+    ``source`` opens the input afresh each call. The first pass keeps only a hash of each custom_id (``hash``, a
+    machine word: no string outlives its block); an input with two equal hashes (a duplicate, or rarely two ids
+    that hash alike) or a second model is read again by a pass that keeps each record's line, custom_id and model.
     ``collect_prefixes``: gather ``result.prefixes`` too, for the order records are dispatched in (an endpoint
     without prompt fields has none); offsets count from the input's first line.
     """
     fields = PROMPT_FIELDS.get(endpoint, ()) if collect_prefixes else ()
-    # Neither pass creates reference cycles; without this, the cyclic collector re-walks the growing set and
-    # list again and again (about a fifth of the create time at 50,000 records).
+    # Neither pass creates reference cycles; without this, the cyclic collector re-walks the growing lists and
+    # sets again and again (about a fifth of the create time at 50,000 records, when the first pass kept a set).
     paused = gc.isenabled()
     gc.disable()
     try:
@@ -106,12 +108,16 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     result = ScanResult()
     rejections = result.rejections
     pending: list[tuple[int, str, str | None, str | None, str | None]] = []
-    seen: set[str] = set()
+    seen: set[str] = set()  # the full pass's custom_ids
     duplicates: set[str] = set()
+    id_hashes: list[np.ndarray] = []  # the first pass's: the hash of each custom_id, a block at a time
     offered = frozenset(name for name, spec in catalog.models.items() if endpoint in spec.endpoints)
     gate = NumberGate()
     decoder = decode_ordinary(endpoint, offered, fields)
     decode = decoder.decode
+    # A block whose lines are all too short to hold a prompt worth hashing is decoded without its prompt fields
+    # (skipped, as the rest of the body is): the same records pass.
+    promptless = decode_ordinary(endpoint, offered) if fields else decoder
     prefixes = result.prefixes = PrefixCollector() if fields else None
     prompt_of = prompt_reader(fields)
     shortest = LEVELS[0]
@@ -123,13 +129,16 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
         first = block.first
         suspects, ascii_block = gate.suspects(block) if total < max_records else (set(), True)
         skipped: list[int] = []  # the block's lines that are not records that pass (mostly none)
-        ids: list[str] = []  # the first pass's custom_ids of the block's ordinary records
+        ids: list[str] = []  # the first pass's custom_ids met line by line (records that pass, and rejected ones)
         collected = len(prefixes) if prefixes is not None else 0
         chained: list[int] = []  # the block's records with a prompt long enough to hash, and their prompts
         prompts: list[Any] = []
         plain = ascii_block and not suspects  # every line of the block may take the fast path as it is
         # Fastest path: the whole block decoded at once, when every line of it is an ordinary record.
-        shapes = _ordinary_block(decoder, block) if plain and total + block.count <= max_records else None
+        shapes = None
+        if plain and total + block.count <= max_records:
+            long_lines = np.flatnonzero(block.lengths() >= long_line) if prompt_of is not None else _NO_LINES
+            shapes = _ordinary_block(decoder if len(long_lines) else promptless, block)
         if shapes is not None:
             total += len(shapes)
             if keep:
@@ -141,10 +150,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                         seen.add(custom_id)
                     pending.append((first + offset, custom_id, None, None, shape.body.model))
             else:
-                known = len(seen)
-                seen.update(map(_CUSTOM_ID, shapes))
-                if len(seen) != known + len(shapes):
-                    raise _NeedsFullPass  # a custom_id seen before, or twice in the block
+                id_hashes.append(np.fromiter(map(_id_hash, map(_CUSTOM_ID, shapes)), np.int64, len(shapes)))
                 # With one model offered, every ordinary record names it (its type is that one name).
                 for model in (shapes[0].body.model,) if len(offered) == 1 else set(map(_MODEL, shapes)):
                     if model is not batch_model:
@@ -152,7 +158,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                             raise _NeedsFullPass
                         batch_model = model
             if prompt_of is not None:
-                for offset in np.flatnonzero(block.lengths() >= long_line).tolist():
+                for offset in long_lines.tolist():
                     material = prompt_of(shapes[offset].body)
                     if material is not _UNSET and len(material) >= shortest:
                         chained.append(collected + offset)
@@ -187,7 +193,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                             seen.add(custom_id)
                         pending.append((first + offset, custom_id, None, None, model))
                     else:
-                        ids.append(custom_id)  # into ``seen`` at the block's end
+                        ids.append(custom_id)  # hashed at the block's end
                         if model is not batch_model:  # the model names come interned
                             if batch_model is not None:
                                 raise _NeedsFullPass
@@ -219,14 +225,14 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                                             message=verdict.message or ""))
                 skipped.append(offset)
                 continue
-            if verdict.custom_id in seen:
-                if not keep:
-                    raise _NeedsFullPass
+            if not keep:
+                if verdict.code is None:
+                    raise _NeedsFullPass  # an accepted record off the fast path: let the full pass place its model
+                ids.append(verdict.custom_id)
+            elif verdict.custom_id in seen:
                 duplicates.add(verdict.custom_id)
             else:
                 seen.add(verdict.custom_id)
-            if verdict.code is None and not keep:
-                raise _NeedsFullPass  # an accepted record off the fast path: let the full pass place its model
             pending.append((line, verdict.custom_id, verdict.code, verdict.message, verdict.model))
             if verdict.code is not None:
                 skipped.append(offset)
@@ -236,10 +242,7 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
                     chained.append(collected + offset - len(skipped))
                     prompts.append(material)
         if ids:
-            known = len(seen)
-            seen.update(ids)
-            if len(seen) != known + len(ids):
-                raise _NeedsFullPass  # a custom_id seen before, or twice in the block
+            id_hashes.append(np.fromiter(map(_id_hash, ids), np.int64, len(ids)))
         if prefixes is not None:
             prefixes.add_block(first, block.lengths(), skipped)
             prefixes.add_chains(chained, prompts)
@@ -247,14 +250,26 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int, 
     if total > max_records:
         raise InputRefused(f"the input has {total:,} records; a batch takes at most {max_records:,}",
                            code="input_too_large")
+    if _repeats(id_hashes):
+        raise _NeedsFullPass  # a custom_id seen twice (or two that hash alike): the full pass tells which
     result.model = batch_model
     _apply_whole_input_rules(result, pending, duplicates)
     return result
 
 
 _UNSET = msgspec.UNSET
+_id_hash = hash  # of a custom_id, for the first pass (a name of its own, so a test can make every id collide)
+_NO_LINES = np.zeros(0, np.intp)
 _CUSTOM_ID = attrgetter("custom_id")
 _MODEL = attrgetter("body.model")
+
+
+def _repeats(hashes: list[np.ndarray]) -> bool:
+    """Whether a value appears twice among ``hashes``."""
+    if not hashes:
+        return False
+    every = np.sort(np.concatenate(hashes))
+    return bool((every[1:] == every[:-1]).any())
 
 
 def _ordinary_block(decoder: Any, block: Block) -> list[Any] | None:
