@@ -36,6 +36,7 @@ _GAP = 0.01  # between two sends of one notifier: at most 100 of its transaction
 _RESEND = Backoff(base=0.1, cap=5.0)  # the wait after a send that failed (the database away), doubling
 _PENDING = "openrelay_announced"  # in a write connection's ``info``: what its transaction announced
 _ORG, _BATCH = "org", "batch"
+_MOST_BATCHES = 100_000  # batches whose organization a notifier remembers; past it, it starts afresh
 
 Changed = tuple[str, str]  # (_ORG, an organization's id) or (_BATCH, a batch's id)
 
@@ -67,9 +68,10 @@ def stop_collecting(conn: Connection) -> None:
 
 class Notifier:
     """One per process (per ``Database`` on PostgreSQL): what the process committed, sent as change notices on a
-    connection of its own, by a thread started at the first change. Coalesced: a name already waiting is not
-    queued twice, and one sent less than the spacing ago waits until the spacing has passed; each send is one
-    transaction carrying every name due. ``close`` (and the interpreter's exit) sends what is still waiting."""
+    connection of its own, by a thread started at the first change. Coalesced: an organization already waiting is
+    not queued twice, and one sent less than the spacing ago waits until the spacing has passed; each send is one
+    transaction carrying every organization due. A batch counts as its organization once a send has looked that up.
+    ``close`` (and the interpreter's exit) sends what is still waiting."""
 
     def __init__(self, url: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._url = url
@@ -77,6 +79,7 @@ class Notifier:
         self._lock = threading.Condition()
         self._due: dict[Changed, float] = {}  # waiting: when each may be sent
         self._sent: dict[Changed, float] = {}  # when each was last sent (its spacing runs from there)
+        self._org_of: dict[str, str] = {}  # batch id -> its organization, as sends found them (it never changes)
         self._spacing = DEFAULT_SPACING_SECONDS
         self._off = False  # the database's openrelay.notices is 'off': send nothing
         self._conn: psycopg.Connection[Any] | None = None
@@ -90,6 +93,8 @@ class Notifier:
                 return
             now, added = self._clock(), False
             for name in names:
+                if name[0] == _BATCH and name[1] in self._org_of:
+                    name = (_ORG, self._org_of[name[1]])
                 if name not in self._due:
                     self._due[name] = max(now, self._sent.get(name, now) + self._spacing)
                     added = True
@@ -166,12 +171,20 @@ class Notifier:
         conn = self._connection()
         if self._off:
             return
-        orgs = [value for kind, value in due if kind == _ORG]
+        orgs = {value for kind, value in due if kind == _ORG}
         batch_ids = [value for kind, value in due if kind == _BATCH]
-        # One transaction, so one turn at the notify lock, for every organization due; a batch's organization is
-        # read here, after its commit, rather than in the writer's transaction.
-        conn.execute("SELECT pg_notify(%s, org_id) FROM (SELECT unnest(%s::text[]) AS org_id UNION "
-                     "SELECT org_id FROM batches WHERE id = ANY(%s)) AS changed", (CHANNEL, orgs, batch_ids))
+        if batch_ids:  # read here, after the commit, rather than in the writer's transaction
+            found = dict(conn.execute("SELECT id, org_id FROM batches WHERE id = ANY(%s)", (batch_ids,)).fetchall())
+            orgs.update(found.values())
+            with self._lock:
+                if len(self._org_of) + len(found) > _MOST_BATCHES:
+                    self._org_of.clear()
+                self._org_of.update(found)
+                sent = self._clock()
+                for org_id in found.values():
+                    self._sent[(_ORG, org_id)] = sent
+        # One transaction, so one turn at the notify lock, for every organization due.
+        conn.execute("SELECT pg_notify(%s, org_id) FROM unnest(%s::text[]) AS org_id", (CHANNEL, sorted(orgs)))
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
