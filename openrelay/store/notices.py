@@ -140,10 +140,15 @@ class Notifier:
                         break  # polls elsewhere see these changes once their kept rows age out (read_cache)
                     for name in due:
                         self._due.setdefault(name, self._clock())
-            with self._lock:
-                if not self._closing:
-                    self._lock.wait(wait)
+            self._pause(wait)
         self._drop_connection()
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (new changes do not cut it short: they wait for the next send), or until closing."""
+        deadline = self._clock() + seconds
+        with self._lock:
+            while not self._closing and (left := deadline - self._clock()) > 0:
+                self._lock.wait(left)
 
     def _take_due(self) -> list[Changed] | None:
         """Under the lock: wait until some names are due (all of them when closing), take them and stamp them
