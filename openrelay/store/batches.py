@@ -19,6 +19,7 @@ from .db import holds_nul
 from .files import insert_file
 from .idempotency import Claim, complete_claim
 from .leases import BatchLeases
+from .notices import announce
 from .schema import batches
 from .tags import insert_tags, replace_tags, tagged
 
@@ -78,6 +79,7 @@ class Batches(BatchLeases):
                                    "output_expires_seconds": output_expires_seconds})
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
+            announce(conn, org_id=batch.org_id)
             if claim is not None:
                 complete_claim(conn, claim, answer)
 
@@ -135,6 +137,8 @@ class Batches(BatchLeases):
                 batches.c.status.in_(CANCELLABLE_VALUES),
             ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
                       retry_at=None))  # a batch backing off after a failed run has its cancel done at once
+            if done.rowcount:
+                announce(conn, org_id=org_id)
         batch = self.get(org_id, batch_id)
         if done.rowcount == 0 and batch.terminal:
             raise Conflict(f"Cannot cancel a batch with status '{batch.status.value}'.", code="batch_terminal")
@@ -150,4 +154,5 @@ class Batches(BatchLeases):
             if created_ns is None:
                 raise no_such("Batch", batch_id, param="batch_id")
             replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=created_ns, metadata=metadata)
+            announce(conn, org_id=org_id)
         return self.get(org_id, batch_id)

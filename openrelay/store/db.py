@@ -17,7 +17,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
-from .notices import coalesce_change_notices, create_change_trigger
+from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
+from .notices import Notifier, collect_announced, stop_collecting
 from .tags import backfill_batch_tags
 
 __all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
@@ -64,6 +65,7 @@ BACKFILLS: dict[int, Callable[[Connection], None]] = {
     6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
     10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
     15: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
+    21: drop_change_triggers,  # no more: the process that writes notifies after its commit (store/notices.py)
 }
 
 
@@ -80,6 +82,8 @@ class Database:
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
             self.engine = sa.create_engine(self.url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+        self.notifier = None if self.is_sqlite else Notifier(
+            self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -91,13 +95,22 @@ class Database:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
+        """A write transaction. On PostgreSQL, what it announces (``notices.announce``) is notified once it has
+        committed, by this process's notifier."""
         try:
             with self.engine.connect() as raw:
                 conn = raw.execution_options(**{_WRITE: True})
-                with conn.begin():
-                    yield conn
+                announced = collect_announced(conn) if self.notifier is not None else None
+                try:
+                    with conn.begin():
+                        yield conn
+                finally:
+                    if announced is not None:
+                        stop_collecting(conn)
         except sa.exc.SQLAlchemyError as exc:
             raise database_error(exc, is_sqlite=self.is_sqlite) from exc
+        if announced and self.notifier is not None:
+            self.notifier.changed(announced)
 
     def clock(self, conn: Connection) -> float:
         """Seconds since the epoch by the database's clock. Leases are shared by workers on many machines, so
@@ -142,6 +155,8 @@ class Database:
         return applied
 
     def dispose(self) -> None:
+        if self.notifier is not None:
+            self.notifier.close()  # what this process changed is notified before it goes
         self.engine.dispose()
 
 

@@ -15,6 +15,7 @@ from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
 from .fair_share import Share, fair_queue, read_shares, record_start
+from .notices import announce
 from .schema import batches
 
 __all__ = ["BatchLeases"]
@@ -36,8 +37,12 @@ class BatchLeases:
     def promote_validated(self) -> int:
         """Validated batches join their model's queue (in_progress with in_progress_at still null)."""
         with self.db.write() as conn:
-            return conn.execute(batches.update().where(batches.c.status == BatchStatus.VALIDATING.value)
-                                .values(status=BatchStatus.IN_PROGRESS.value)).rowcount
+            orgs = list(conn.execute(batches.update().where(batches.c.status == BatchStatus.VALIDATING.value)
+                                     .values(status=BatchStatus.IN_PROGRESS.value).returning(batches.c.org_id))
+                        .scalars())
+            for org_id in set(orgs):
+                announce(conn, org_id=org_id)
+            return len(orgs)
 
     def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
               busy: frozenset[str] = frozenset(), *, runs: bool = True,
@@ -84,6 +89,7 @@ class BatchLeases:
             if queued is not None:
                 record_start(conn, model=queued.model, org_id=queued.org_id, clock=clock, is_sqlite=self.db.is_sqlite)
             claimed = batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
+            announce(conn, org_id=claimed.org_id)  # started, or ending: a poll shows where it is
             return claimed.claimed_at(clock, local)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
@@ -136,11 +142,12 @@ class BatchLeases:
     def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None) -> None:
         """Record the adaptive concurrency limit this worker runs the batch at now (the progress object shows it).
         Fenced by the lease: a worker that lost it writes nothing, and is not told (its run ends on the next
-        renewal). An unchanged limit writes no row, so it sends no change notice (store/read_cache.py)."""
+        renewal). An unchanged limit writes no row, so it sends no change notice (store/notices.py)."""
         with self.db.write() as conn:
-            conn.execute(batches.update().where(
-                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-                batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit))
+            if conn.execute(batches.update().where(
+                    batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+                    batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit)).rowcount:
+                announce(conn, batch_id=batch_id)
 
     def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
         """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)
@@ -149,8 +156,10 @@ class BatchLeases:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                          .values(lease_owner=None, lease_expires_at=None, started=False, run_failures=failures,
                                  retry_at=self.db.clock(conn) + delay))
+            announce(conn, batch_id=batch_id)
 
     def release(self, batch_id: str, worker_id: str) -> None:
+        """Give up the lease (a worker that drains): no poll shows it, so no notice."""
         with self.db.write() as conn:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                          .values(lease_owner=None, lease_expires_at=None))
@@ -158,15 +167,17 @@ class BatchLeases:
     def mark_running(self, batch_id: str) -> None:
         """The first request is about to start: the queue wait ends here."""
         with self.db.write() as conn:
-            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.in_progress_at.is_(None))
-                         .values(in_progress_at=now()))
+            if conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.in_progress_at.is_(None))
+                            .values(in_progress_at=now())).rowcount:
+                announce(conn, batch_id=batch_id)
 
     def mark_finalizing(self, batch_id: str, worker_id: str) -> None:
         with self.db.write() as conn:
-            conn.execute(batches.update().where(
+            if conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.lease_owner == worker_id,
                 batches.c.status == BatchStatus.IN_PROGRESS.value,
-            ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now()))
+            ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now())).rowcount:
+                announce(conn, batch_id=batch_id)
 
 
 def _ready(clock: float) -> sa.ColumnElement[bool]:

@@ -1,118 +1,209 @@
-"""PostgreSQL's change notices, which the API's read cache listens to (``store/read_cache.py``): the triggers on
-``batches`` and ``batch_tags`` that send them, as migrations 0010 and 0015 make them. Why they are coalesced, and
-what a poll may miss meanwhile: docs/design.md, "The poll read cache"."""
+"""PostgreSQL's change notices, which the API's read cache listens to (``store/read_cache.py``), sent by the
+process that wrote, after its commit: a write transaction names what it changed (``announce``: an organization, or
+a batch whose organization the notice looks up), ``Database.write`` hands that to its process's ``Notifier`` once
+the transaction has committed, and the notifier sends ``NOTIFY openrelay_batches, '<org_id>'`` on a connection of
+its own, at most once per organization (or batch) per ``openrelay.notice_seconds``, the changes in between sent
+together at the end of that spacing. A commit takes no lock of PostgreSQL's for it. Why, and what bounds what a
+poll may miss when a notice never comes: docs/design.md, "The poll read cache"."""
 
 from __future__ import annotations
 
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import psycopg
 from sqlalchemy.engine import Connection
 
-__all__ = ["CHANNEL", "SPACING_SETTING", "DEFAULT_SPACING_SECONDS", "hot_seconds", "create_change_trigger",
-           "coalesce_change_notices"]
+from ..backoff import Backoff
+
+__all__ = ["CHANNEL", "SPACING_SETTING", "DEFAULT_SPACING_SECONDS", "Notifier", "announce", "collect_announced",
+           "stop_collecting"]
+
+log = logging.getLogger("openrelay.store")
 
 CHANNEL = "openrelay_batches"
 
-# An organization's changes within this many seconds of its last notice send none of their own: only a commit
-# that notifies takes PostgreSQL's notify lock, which serializes every such commit of the database (its ceiling).
-# A database setting (``ALTER DATABASE ... SET openrelay.notice_seconds = '0.1'``), read by the trigger at each
-# commit and by each listener when it connects; 0 notifies every commit.
+# A database setting (``ALTER DATABASE ... SET openrelay.notice_seconds = '0.1'``), read by each notifier when it
+# connects: an organization's (a batch's) changes within this long of its last notice wait for the end of it, then
+# go in one notice. 0: every change is sent as soon as the notifier can.
 SPACING_SETTING = "openrelay.notice_seconds"
 DEFAULT_SPACING_SECONDS = 0.1
-_SEEN = "openrelay.notice_"  # + an organization's id: a session's own record of that organization's last notice
+_GAP = 0.01  # between two sends of one notifier: at most 100 of its transactions a second take the notify lock
+_RESEND = Backoff(base=0.1, cap=5.0)  # the wait after a send that failed (the database away), doubling
+_PENDING = "openrelay_announced"  # in a write connection's ``info``: what its transaction announced
+_ORG, _BATCH = "org", "batch"
+_MOST_BATCHES = 100_000  # batches whose organization a notifier remembers; past it, it starts afresh
+
+Changed = tuple[str, str]  # (_ORG, an organization's id) or (_BATCH, a batch's id)
 
 
-def hot_seconds(spacing: float) -> float:
-    """How long after a notice its organization may still have changes committed without one: the spacing, then as
-    long again (at least 50 ms) for a commit that was deciding not to notify to become visible."""
-    return spacing + max(spacing, 0.05) if spacing > 0 else 0.0
+def announce(conn: Connection, *, org_id: str | None = None, batch_id: str | None = None) -> None:
+    """This write transaction changes what polls of ``org_id`` (or of ``batch_id``'s organization) show: notify
+    them once it has committed. Every write of ``batches`` or ``batch_tags`` that a poll's answer can show calls
+    this; a lease's renewal does not. A no-op outside ``Database.write`` on PostgreSQL (SQLite's readers see each
+    commit by themselves)."""
+    pending: set[Changed] | None = conn.info.get(_PENDING)
+    if pending is not None:
+        if org_id is not None:
+            pending.add((_ORG, org_id))
+        if batch_id is not None:
+            pending.add((_BATCH, batch_id))
 
 
-def create_change_trigger(conn: Connection) -> None:
-    """Migration 0010: on PostgreSQL, every insert, update and delete of ``batches`` and ``batch_tags`` notifies
-    channel ``CHANNEL`` with the row's organization, at commit, for the listeners above; but for an update of a
-    batch that changes only its lease (a worker's heartbeat, every tick of every running batch), which no poll's
-    answer shows. ``ALTER DATABASE ... SET openrelay.notices = 'off'`` stops them; the API's listeners then keep
-    nothing. SQLite has no notices: its polls check the file's ``data_version`` instead."""
-    if conn.dialect.name != "postgresql":
-        return
-    conn.exec_driver_sql(
-        "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        "BEGIN "
-        "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
-        f"IF TG_OP = 'DELETE' THEN PERFORM pg_notify('{CHANNEL}', OLD.org_id); "
-        f"ELSE PERFORM pg_notify('{CHANNEL}', NEW.org_id); END IF; "
-        "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
-        f"PERFORM pg_notify('{CHANNEL}', OLD.org_id); END IF; "
-        "RETURN NULL; END $$")
-    for statement in _triggers(constraint=False):
-        conn.exec_driver_sql(statement)
+def collect_announced(conn: Connection) -> set[Changed]:
+    """Start collecting what ``conn``'s transaction announces; the set is filled as it runs. ``Database.write``
+    hands it to the notifier after the commit, and takes it off ``conn`` (``stop_collecting``) either way."""
+    pending: set[Changed] = set()
+    conn.info[_PENDING] = pending
+    return pending
 
 
-def coalesce_change_notices(conn: Connection) -> None:
-    """Migration 0015: the same changes, announced at most once per organization per spacing. ``org_notices``
-    holds when each organization was last announced; a change announces (and moves that time) only when it is at
-    least the spacing past it. Each session also keeps the last notice it knows of per organization (a custom
-    setting, one per organization it wrote), so a commit within the spacing of it reads no row at all. The
-    triggers are deferred to the commit, so the time compared is the commit's, and a long transaction cannot hide
-    a change behind an old notice. A listener that hears a notice treats its organization as changing for
-    ``hot_seconds`` after it (``ReadCache``)."""
-    if conn.dialect.name != "postgresql":
-        return
-    conn.exec_driver_sql(
-        "CREATE OR REPLACE FUNCTION openrelay_announce(org text, stamp double precision, spacing double precision) "
-        "RETURNS void LANGUAGE plpgsql AS $$ "
-        "DECLARE last double precision; seen text; "
-        "BEGIN "
-        # The session remembers the last notice it knows of (a setting: undone with its transaction if that
-        # aborts), so most commits of a busy organization read nothing; then the table, shared by every session.
-        f"seen := current_setting('{_SEEN}' || org, true); "
-        "IF seen <> '' AND seen::double precision > stamp - spacing THEN RETURN; END IF; "
-        "SELECT notified_at INTO last FROM org_notices WHERE org_id = org; "
-        "IF NOT FOUND OR last <= stamp - spacing THEN "
-        "IF FOUND THEN "
-        "UPDATE org_notices SET notified_at = stamp WHERE org_id = org AND notified_at <= stamp - spacing; "
-        "ELSE "
-        "INSERT INTO org_notices (org_id, notified_at) VALUES (org, stamp) ON CONFLICT DO NOTHING; "
-        "END IF; "
-        "IF FOUND THEN "
-        f"PERFORM pg_notify('{CHANNEL}', org); "
-        "last := stamp; "
-        "ELSE "  # another session announced it meanwhile
-        "SELECT notified_at INTO last FROM org_notices WHERE org_id = org; "
-        "END IF; "
-        "END IF; "
-        f"PERFORM set_config('{_SEEN}' || org, last::text, false); "
-        "END $$")
-    conn.exec_driver_sql(
-        "CREATE OR REPLACE FUNCTION openrelay_announce_batch_change() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        "DECLARE stamp double precision; spacing double precision; org text; seen text; "
-        "BEGIN "
-        "IF current_setting('openrelay.notices', true) = 'off' THEN RETURN NULL; END IF; "
-        "stamp := extract(epoch FROM clock_timestamp()); "
-        f"spacing := coalesce(nullif(current_setting('{SPACING_SETTING}', true), '')::double precision, "
-        f"{DEFAULT_SPACING_SECONDS}); "
-        "IF TG_OP = 'DELETE' THEN org := OLD.org_id; ELSE org := NEW.org_id; END IF; "
-        # The session's own record first, here: a call of openrelay_announce is a query of its own.
-        f"seen := current_setting('{_SEEN}' || org, true); "
-        "IF seen IS NULL OR seen = '' OR seen::double precision <= stamp - spacing THEN "
-        "PERFORM openrelay_announce(org, stamp, spacing); END IF; "
-        "IF TG_OP = 'UPDATE' AND OLD.org_id IS DISTINCT FROM NEW.org_id THEN "
-        "PERFORM openrelay_announce(OLD.org_id, stamp, spacing); END IF; "
-        "RETURN NULL; END $$")
-    for name, table in (("batches_announce", "batches"), ("batches_announce_update", "batches"),
-                        ("batch_tags_announce", "batch_tags")):
-        conn.exec_driver_sql(f"DROP TRIGGER {name} ON {table}")
-    for statement in _triggers(constraint=True):
-        conn.exec_driver_sql(statement)
+def stop_collecting(conn: Connection) -> None:
+    conn.info.pop(_PENDING, None)
 
 
-def _triggers(*, constraint: bool) -> list[str]:
-    """The three triggers; ``constraint``: deferred to the commit (constraint triggers, migration 0015)."""
-    create = "CREATE CONSTRAINT TRIGGER" if constraint else "CREATE TRIGGER"
-    deferred = " DEFERRABLE INITIALLY DEFERRED" if constraint else ""
-    run = "FOR EACH ROW {when}EXECUTE FUNCTION openrelay_announce_batch_change()"
-    unleased = "(to_jsonb({}) - 'lease_owner' - 'lease_expires_at')"
-    when = f"WHEN ({unleased.format('OLD')} IS DISTINCT FROM {unleased.format('NEW')}) "
-    return [f"{create} batches_announce AFTER INSERT OR DELETE ON batches{deferred} {run.format(when='')}",
-            f"{create} batches_announce_update AFTER UPDATE ON batches{deferred} {run.format(when=when)}",
-            f"{create} batch_tags_announce AFTER INSERT OR UPDATE OR DELETE ON batch_tags{deferred} "
-            f"{run.format(when='')}"]
+class Notifier:
+    """One per process (per ``Database`` on PostgreSQL): what the process committed, sent as change notices on a
+    connection of its own, by a thread started at the first change. Coalesced: an organization already waiting is
+    not queued twice, and one sent less than the spacing ago waits until the spacing has passed; each send is one
+    transaction carrying every organization due. A batch counts as its organization once a send has looked that up.
+    ``close`` (and the interpreter's exit) sends what is still waiting."""
+
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._url = url
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._due: dict[Changed, float] = {}  # waiting: when each may be sent
+        self._sent: dict[Changed, float] = {}  # when each was last sent (its spacing runs from there)
+        self._org_of: dict[str, str] = {}  # batch id -> its organization, as sends found them (it never changes)
+        self._spacing = DEFAULT_SPACING_SECONDS
+        self._off = False  # the database's openrelay.notices is 'off': send nothing
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    def changed(self, names: Iterable[Changed]) -> None:
+        """What a transaction that has committed announced (``announce``)."""
+        with self._lock:
+            if self._closing:
+                return
+            now, added = self._clock(), False
+            for name in names:
+                if name[0] == _BATCH and name[1] in self._org_of:
+                    name = (_ORG, self._org_of[name[1]])
+                if name not in self._due:
+                    self._due[name] = max(now, self._sent.get(name, now) + self._spacing)
+                    added = True
+            if self._thread is None and self._due:
+                self._thread = threading.Thread(target=self._run, name="openrelay-notices", daemon=True)
+                self._thread.start()
+                atexit.register(self.close)
+            elif added:
+                self._lock.notify()  # it may be waiting for nothing, or for a later name
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is waiting now (each try once), then stop; a later change starts afresh."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            atexit.unregister(self.close)
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._closing, self._thread = False, None
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            with self._lock:
+                due = self._take_due()
+                if due is None:
+                    break
+            try:
+                self._send(due)
+                failures = 0
+                wait = _GAP
+            except Exception as exc:  # the database away (psycopg.Error), or a bug: neither may end the thread
+                self._drop_connection()
+                failures += 1
+                wait = _RESEND.delay(failures)
+                log.log(logging.INFO if isinstance(exc, psycopg.Error) else logging.ERROR,
+                        "change notices could not be sent (%s); trying again in %.1f s", exc, wait)
+                with self._lock:
+                    if self._closing:
+                        break  # polls elsewhere see these changes once their kept rows age out (read_cache)
+                    for name in due:
+                        self._due.setdefault(name, self._clock())
+            self._pause(wait)
+        self._drop_connection()
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (new changes do not cut it short: they wait for the next send), or until closing."""
+        deadline = self._clock() + seconds
+        with self._lock:
+            while not self._closing and (left := deadline - self._clock()) > 0:
+                self._lock.wait(left)
+
+    def _take_due(self) -> list[Changed] | None:
+        """Under the lock: wait until some names are due (all of them when closing), take them and stamp them
+        sent; None when closing with nothing left."""
+        while True:
+            now = self._clock()
+            if self._closing:
+                due = list(self._due)
+                if not due:
+                    return None
+                break
+            soonest = min(self._due.values(), default=None)
+            if soonest is not None and soonest <= now:
+                due = [name for name, at in self._due.items() if at <= now]
+                break
+            self._lock.wait(None if soonest is None else soonest - now)
+        for name in due:
+            del self._due[name]
+            self._sent[name] = now
+        if len(self._sent) > 1024:  # forget the spacings that have passed
+            self._sent = {name: at for name, at in self._sent.items() if at + self._spacing > now}
+        return due
+
+    def _send(self, due: list[Changed]) -> None:
+        conn = self._connection()
+        if self._off:
+            return
+        orgs = {value for kind, value in due if kind == _ORG}
+        batch_ids = [value for kind, value in due if kind == _BATCH]
+        if batch_ids:  # read here, after the commit, rather than in the writer's transaction
+            found = dict(conn.execute("SELECT id, org_id FROM batches WHERE id = ANY(%s)", (batch_ids,)).fetchall())
+            orgs.update(found.values())
+            with self._lock:
+                if len(self._org_of) + len(found) > _MOST_BATCHES:
+                    self._org_of.clear()
+                self._org_of.update(found)
+                sent = self._clock()
+                for org_id in found.values():
+                    self._sent[(_ORG, org_id)] = sent
+        # One transaction, so one turn at the notify lock, for every organization due.
+        conn.execute("SELECT pg_notify(%s, org_id) FROM unnest(%s::text[]) AS org_id", (CHANNEL, sorted(orgs)))
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            conn = psycopg.connect(self._url, autocommit=True, application_name="openrelay-notices",
+                                   connect_timeout=5, keepalives=1, keepalives_idle=5, keepalives_interval=2,
+                                   keepalives_count=5)
+            setting, spacing = conn.execute("SELECT current_setting('openrelay.notices', true), "
+                                            "current_setting(%s, true)", (SPACING_SETTING,)).fetchone() or (None, None)
+            self._off = setting == "off"
+            self._spacing = DEFAULT_SPACING_SECONDS if not spacing else float(spacing)
+            self._conn = conn
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

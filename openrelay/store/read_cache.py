@@ -1,8 +1,9 @@
-"""Poll answers kept in memory while PostgreSQL says nothing they read has changed: a trigger NOTIFYs each
-organization's writes (coalesced: ``store/notices.py``), one LISTEN per process bumps its generation and, for
-``hot_seconds`` after a notice, keeps that organization's rows only until then; a write of this process forgets its
-organization's reads at once (``http/writes.OrgWrites``, told by ``api/context.py``). Bounded to 16 MiB of rows.
-How it stays correct across processes and outages: docs/design.md, "The poll read cache"."""
+"""Poll answers kept in memory while PostgreSQL says nothing they read has changed, and never longer than
+``KEEP_SECONDS``: the process that writes an organization's batches NOTIFYs it after its commit
+(``store/notices.py``), one LISTEN per process bumps that organization's generation; a write of this process
+forgets its organization's reads at once (``http/writes.OrgWrites``, told by ``api/context.py``). Bounded to 16 MiB
+of rows. How it stays correct across processes, outages and a writer killed before its notice: docs/design.md, "The
+poll read cache"."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import psycopg
 
 from ..backoff import Backoff
 from ..metrics import POLL_READS
-from .notices import CHANNEL, DEFAULT_SPACING_SECONDS, SPACING_SETTING, hot_seconds
+from .notices import CHANNEL
 
-__all__ = ["KeptRows", "ReadCache", "Token", "POLL_KEPT", "POLL_SERVER"]
+__all__ = ["KeptRows", "ReadCache", "Token", "KEEP_SECONDS", "POLL_KEPT", "POLL_SERVER"]
 
 log = logging.getLogger("openrelay.store")
 
@@ -33,22 +35,26 @@ _MOST_ORGS = 100_000
 LONGEST_PARAMETER = 600  # characters: an id, a tag (at most 512), a model name; a longer one is kept by no read
 POLL_KEPT, POLL_SERVER = POLL_READS.labels("kept"), POLL_READS.labels("server")
 
+# Kept rows are used for at most this long after the read that fetched them began, notices or not: the bound on
+# what a poll may miss when a notice never comes (its writer killed between its commit and its notice, a notice
+# lost with its connection, a write by a tool that sends none). docs/guarantees.md, "Polls".
+KEEP_SECONDS = 1.0
+
 # The generations a read was made under: the listener's (bumped each time it starts afresh) and its
-# organization's (bumped by notices and by this process's own writes), and, while its organization may still have
-# changes that sent no notice (``notices.hot_seconds`` after one), when that ends: rows read meanwhile are kept
-# only until then (else 0.0). Everything here runs on the event loop.
+# organization's (bumped by notices and by this process's own writes), and the clock when it was taken (just
+# before the read): its rows are kept until ``KEEP_SECONDS`` after that. Everything here runs on the event loop.
 Token = tuple[int, int, float]
 
 
 class KeptRows:
-    """Rows of reads by (read, parameters), each with the token it was read under, weighing at most ``max_bytes``
-    in all (each entry its values' lengths, and 64 per value and row besides), the least recently kept dropped
-    first. Used on the event loop only."""
+    """Rows of reads by (read, parameters), each with the token it was read under and the time it may be used
+    until, weighing at most ``max_bytes`` in all (each entry its values' lengths, and 64 per value and row besides),
+    the least recently kept dropped first. Used by one thread (the event loop, or SQLite's reader) only."""
 
     def __init__(self, max_bytes: int = 16 << 20) -> None:
         self._max_bytes = max_bytes
         self._bytes = 0
-        self._entries: OrderedDict[Hashable, tuple[Hashable, Any, int]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Hashable, Any, int, float]] = OrderedDict()
 
     @staticmethod
     def key(read: Any, params: Mapping[str, Any]) -> Hashable | None:
@@ -58,21 +64,23 @@ class KeptRows:
                 return None
         return read, tuple(params.items())
 
-    def get(self, key: Hashable, token: Hashable | None) -> tuple[bool, Any]:
-        """(True, rows) when ``key``'s rows were kept under ``token``, else (False, None)."""
+    def get(self, key: Hashable, token: Hashable | None, now: float = 0.0) -> tuple[bool, Any]:
+        """(True, rows) when ``key``'s rows were kept under ``token`` and may still be used at ``now``, else
+        (False, None)."""
         found = self._entries.get(key)
-        if found is None or token is None or found[0] != token:
+        if found is None or token is None or found[0] != token or now >= found[3]:
             return False, None
         return True, found[1]
 
-    def put(self, key: Hashable, token: Hashable, rows: Any) -> None:
-        """Keep ``rows`` (a row, None, or a tuple of rows) of ``key`` under ``token``."""
+    def put(self, key: Hashable, token: Hashable, rows: Any, until: float = math.inf) -> None:
+        """Keep ``rows`` (a row, None, or a tuple of rows) of ``key`` under ``token``, to be used before ``until``
+        (by the clock ``get`` is given)."""
         entries = self._entries
         weight = _weight(key) + _weight(rows)
         old = entries.pop(key, None)
         if old is not None:
             self._bytes -= old[2]
-        entries[key] = (token, rows, weight)
+        entries[key] = (token, rows, weight, until)
         self._bytes += weight
         while self._bytes > self._max_bytes and entries:
             self._bytes -= entries.popitem(last=False)[1][2]
@@ -94,15 +102,15 @@ def _weight(value: Any) -> int:
 class ReadCache:
     """Rows of org-scoped reads on PostgreSQL, valid while the generations they were read under hold."""
 
-    def __init__(self, url: str, *, enabled: bool = True) -> None:
+    def __init__(self, url: str, *, enabled: bool = True, keep_seconds: float = KEEP_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._url = url
         self._enabled = enabled  # off: it never listens, so nothing is kept (OPENRELAY_POLL_CACHE=0)
+        self._keep_seconds = keep_seconds
+        self._clock = clock
         self._name = secrets.token_hex(8)  # in its probes: its own are told from every other process's
         self._entries = KeptRows()
         self._orgs: dict[str, int] = {}
-        self._hot_until: dict[str, float] = {}  # by organization: the loop's clock when its last notice's window ends
-        self._all_hot_until = 0.0  # a listener that starts cannot know which organizations' windows are open
-        self._hot_seconds = hot_seconds(DEFAULT_SPACING_SECONDS)  # the database's spacing, read when it listens
         self._generation = 0
         self.listening = False  # True only while notices are being received
         self._task: asyncio.Task[None] | None = None
@@ -110,20 +118,23 @@ class ReadCache:
     # -- reads (on the event loop) --------------------------------------------------------------------------------
 
     def token(self, org_id: str) -> Token | None:
-        """The generations to read ``org_id``'s rows under; None while no notice can be received."""
+        """The generations to read ``org_id``'s rows under, and the time; None while no notice can be received."""
         if not self.listening:
             return None
-        hot_until = max(self._hot_until.get(org_id, 0.0), self._all_hot_until)
-        return self._generation, self._orgs.get(org_id, 0), hot_until if hot_until > _clock() else 0.0
+        return self._generation, self._orgs.get(org_id, 0), self._clock()
 
     def get(self, key: Hashable, org_id: str) -> tuple[bool, Any]:
-        """(True, rows) when ``key``'s rows are kept and still current, else (False, None)."""
-        return self._entries.get(key, self.token(org_id))
+        """(True, rows) when ``key``'s rows are kept, still current and younger than ``KEEP_SECONDS``, else
+        (False, None)."""
+        if not self.listening:
+            return False, None
+        return self._entries.get(key, (self._generation, self._orgs.get(org_id, 0)), self._clock())
 
     def put(self, key: Hashable, org_id: str, token: Token | None, rows: Any) -> None:
-        """Keep ``rows``, read under ``token``, if nothing has changed since the token was taken."""
-        if token is not None and token == self.token(org_id):
-            self._entries.put(key, token, rows)
+        """Keep ``rows``, read under ``token``, if nothing has changed since the token was taken: usable until
+        ``KEEP_SECONDS`` after it was."""
+        if token is not None and self.listening and token[:2] == (self._generation, self._orgs.get(org_id, 0)):
+            self._entries.put(key, token[:2], rows, until=token[2] + self._keep_seconds)
 
     # -- changes ------------------------------------------------------------------------------------------------
 
@@ -133,12 +144,6 @@ class ReadCache:
         orgs[org_id] = orgs.get(org_id, 0) + 1
         if len(orgs) > _MOST_ORGS:
             self._forget()  # start afresh rather than remember a generation for every organization there is
-
-    def announced(self, org_id: str) -> None:
-        """A notice of ``org_id``: it changed, and may change again without a notice for ``hot_seconds``."""
-        self.changed(org_id)
-        if self._hot_seconds:
-            self._hot_until[org_id] = _clock() + self._hot_seconds
 
     # -- the listener -------------------------------------------------------------------------------------------
 
@@ -156,11 +161,9 @@ class ReadCache:
                     self._url, autocommit=True, application_name="openrelay-read-cache", connect_timeout=5,
                     keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=5)
                 async with conn:
-                    setting, spacing = await (await conn.execute(
-                        "SELECT current_setting('openrelay.notices', true), current_setting(%s, true)",
-                        (SPACING_SETTING,))).fetchone() or (None, None)
-                    self._hot_seconds = hot_seconds(DEFAULT_SPACING_SECONDS if not spacing else float(spacing))
-                    if setting == "off":
+                    setting = await (await conn.execute(
+                        "SELECT current_setting('openrelay.notices', true)")).fetchone() or (None,)
+                    if setting[0] == "off":
                         outcome = "off"  # the database sends no change notices: nothing may be kept
                     else:
                         await conn.execute(f"LISTEN {CHANNEL}")
@@ -197,14 +200,13 @@ class ReadCache:
             async for notice in conn.notifies(timeout=PROBE_SECONDS):
                 payload = notice.payload
                 if not payload.startswith(_PROBE):
-                    self.announced(payload)
+                    self.changed(payload)
                 elif payload == probe and not back:
                     back = True
                     if not heard:
                         # Every answer kept under an earlier listener may have missed a notice: start afresh.
                         heard = True
                         self._forget()
-                        self._all_hot_until = _clock() + self._hot_seconds  # notices sent before it listened
                         self.listening = True
             if not back:
                 return heard
@@ -214,7 +216,6 @@ class ReadCache:
         self._generation += 1
         self._entries.clear()
         self._orgs.clear()
-        self._hot_until.clear()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -222,7 +223,3 @@ class ReadCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-
-
-def _clock() -> float:
-    return time.monotonic()

@@ -21,6 +21,7 @@ from ..types import BatchStatus
 from .budgets import release, settle
 from .db import Database
 from .files import insert_file
+from .notices import announce
 from .schema import batch_chunks, batches
 from .throughput import add_flush
 from .webhook_outbox import enqueue_batch_event
@@ -107,6 +108,7 @@ class Results:
             ))
             if done.rowcount == 0:
                 raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+            announce(conn, batch_id=batch_id)  # its organization is read by the notice, after the commit
             conn.execute(batch_chunks.insert().values(
                 batch_id=batch_id, seq=chunk.seq, out_key=chunk.out_key, err_key=chunk.err_key,
                 lines=orjson.dumps(chunk.lines).decode(), completed=chunk.completed, failed=chunk.failed,
@@ -159,6 +161,7 @@ class Results:
                             .values(**values))
         if done.rowcount == 0:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+        announce(conn, org_id=org_id)
         # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
                             stamp=stamp, errors=errors)

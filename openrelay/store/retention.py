@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from ..blobs.keys import batch_folder
 from ..types import TERMINAL_VALUES
 from .db import Database
+from .notices import announce
 from .schema import (
     batch_chunks,
     batch_tags,
@@ -150,8 +151,9 @@ class Retention:
             gone = sa.not_(_kept_batches(self.db.clock(conn) - older_than_days * DAY_SECONDS))
             if dry_run:
                 return Pruned(rows=conn.execute(sa.select(sa.func.count()).where(gone)).scalar_one())
-            rows = conn.execute(sa.select(batches.c.id, batches.c.output_file_id, batches.c.error_file_id,
-                                          batches.c.rejections_file_id).where(gone).limit(limit)).all()
+            rows = conn.execute(sa.select(batches.c.id, batches.c.org_id, batches.c.output_file_id,
+                                          batches.c.error_file_id, batches.c.rejections_file_id)
+                                .where(gone).limit(limit)).all()
             if not rows:
                 return Pruned()
             ids = [r.id for r in rows]
@@ -163,6 +165,8 @@ class Retention:
             conn.execute(batch_tags.delete().where(batch_tags.c.batch_id.in_(ids)))
             conn.execute(batch_chunks.delete().where(batch_chunks.c.batch_id.in_(ids)))
             conn.execute(batches.delete().where(batches.c.id.in_(ids)))
+            for org_id in {r.org_id for r in rows}:
+                announce(conn, org_id=org_id)
             self._queue(conn, [r.blob_key for r in found])
             self._queue(conn, [batch_folder(batch_id) for batch_id in ids], folder=True)
             return Pruned(rows=len(ids), files=len(found), bytes=sum(r.bytes for r in found), more=len(ids) == limit)
@@ -195,8 +199,11 @@ class Retention:
                     continue
                 chosen = sa.select(key).where(where).limit(limit)
                 if name == "throughput_windows":
-                    count = conn.execute(batches.update().where(batches.c.id.in_(chosen))
-                                         .values(throughput_window=None)).rowcount
+                    orgs = list(conn.execute(batches.update().where(batches.c.id.in_(chosen))
+                                             .values(throughput_window=None).returning(batches.c.org_id)).scalars())
+                    for org_id in set(orgs):
+                        announce(conn, org_id=org_id)
+                    count = len(orgs)
                 else:  # every row whose key is among those chosen (for keys that are no primary key: a few more)
                     count = conn.execute(key.table.delete().where(key.in_(chosen))).rowcount
                 found[name] = Pruned(rows=count, more=count >= limit)

@@ -176,16 +176,7 @@ model_shares = Table(
     Column("batches_started", BigInteger, nullable=False),
     PrimaryKeyConstraint("model", "org_id"),
 )
-__all__ += ["model_shares", "org_notices"]
-
-# When each organization's changes were last announced on PostgreSQL (store/notices.py, migration 0015): a change
-# within openrelay.notice_seconds of it sends no notice of its own.
-org_notices = Table(
-    "org_notices",
-    metadata,
-    Column("org_id", String(40), ForeignKey("organizations.id"), primary_key=True),
-    Column("notified_at", Float, nullable=False),
-)
+__all__ += ["model_shares"]
 
 # What each engine replica's adaptive concurrency limiter learnt, per model (store/engine_limits.py): a worker
 # that starts begins there.

@@ -14,13 +14,13 @@ import sqlalchemy as sa
 from openrelay.store.db import normalize_url
 from openrelay.store.schema import metadata
 
-__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where"]
+__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "insert_running_batch"]
 
 
 # State kept as long as its organization, bounded by organizations x models, not by the batches run: each
-# organization's fair-share turn per model (store/fair_share.py) and when its changes were last announced
-# (store/notices.py). Retention does not prune them, so they are no part of what comes back to a baseline.
-KEPT_PER_ORGANIZATION = frozenset({"model_shares", "org_notices"})
+# organization's fair-share turn per model (store/fair_share.py). Retention does not prune it, so it is no part of
+# what comes back to a baseline.
+KEPT_PER_ORGANIZATION = frozenset({"model_shares"})
 
 
 def table_rows(database_url: str) -> dict[str, int]:
@@ -61,3 +61,17 @@ def local_blobs(folder: Path) -> dict[str, int]:
 def s3_blobs(store: Any, prefix: str) -> dict[str, int]:
     """Every object under ``prefix`` of an obstore S3 store: key -> bytes."""
     return {meta["path"]: meta["size"] for batch in obstore.list(store, prefix=prefix) for meta in batch}
+
+
+def insert_running_batch(conn: sa.Connection, *, batch_id: str, org_id: str, key_id: str, created_ns: int = 0,
+                         lease_owner: str | None = None) -> None:
+    """A batch row in progress, written straight (no change notice): for tests and benchmarks of the write path
+    that take it from there (``store/leases.py``, ``store/results.py``)."""
+    conn.execute(sa.text(
+        "INSERT INTO batches (id, org_id, key_id, endpoint, input_file_id, input_blob_key, completion_window, "
+        "priority, status, model, created_at, created_ns, expires_at, total, completed, failed, rejected_count, "
+        "input_tokens, output_tokens, cost_nano_usd, started, run_failures, lease_owner, lease_expires_at) "
+        "VALUES (:id, :org, :key, '/v1/chat/completions', 'f', 'k', '24h', 'standard', 'in_progress', 'm', 0, :ns, "
+        "4000000000, 10, 0, 0, 0, 0, 0, 0, true, 0, :owner, :lease)"),
+        {"id": batch_id, "org": org_id, "key": key_id, "ns": created_ns, "owner": lease_owner,
+         "lease": None if lease_owner is None else 4e9})
