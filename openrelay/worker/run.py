@@ -77,6 +77,7 @@ class BatchRun:
         self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
         self.writer: ChunkWriter | None = None
         self._writing: asyncio.Task[None] | None = None
+        self._publishing: asyncio.Task[None] | None = None  # from the first record on (``_dispatch``)
         self.abort = AbortWatch(batch.id, FailureThreshold.of(batch.failure_threshold))
 
     # -- the whole run ---------------------------------------------------------------------------------------
@@ -90,7 +91,6 @@ class BatchRun:
                                            last_seq=max((c.seq for c in chunks), default=0), model=self.spec.name)
         keeping = asyncio.create_task(self.keeper.run())
         writing = self._writing = asyncio.create_task(writer.run(lambda: self.keeper.lost))
-        publishing = asyncio.create_task(self._publish_limit())
         RUNNING_BATCHES.labels(self.spec.name).inc()
         try:
             try:
@@ -101,8 +101,9 @@ class BatchRun:
         except LeaseLost:
             self.keeper.lost = True
         finally:
-            for task in (keeping, writing, publishing):
-                task.cancel()
+            for task in (keeping, writing, self._publishing):
+                if task is not None:
+                    task.cancel()
             with contextlib.suppress(BaseException):
                 await writing
             RUNNING_BATCHES.labels(self.spec.name).dec()
@@ -111,13 +112,14 @@ class BatchRun:
             return
         await asyncio.to_thread(self._finalize)
 
-    async def _publish_limit(self) -> None:
+    async def _publish_limit(self, shown: int | None) -> None:
         """Keep the batch's row showing the concurrency it runs at (the progress object's
         ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
-        open replicas allow now, shared by its running batches in this process. Written when it changes, at most
-        once a second; a failed write is tried at the next change."""
-        shown: int | None = None
+        open replicas allow now, shared by its running batches in this process. ``shown``: what the row shows
+        already (``mark_running`` wrote it). Written when it changes, at most once a second; a failed write is
+        tried at the next change."""
         while True:
+            await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
             limit = self._concurrency_now()
             if limit != shown:
                 try:
@@ -126,7 +128,6 @@ class BatchRun:
                     shown = limit
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
-            await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
 
     def _concurrency_now(self) -> int:
         return self.gate.limit if self.spec.adaptive else self.spec.concurrency
@@ -178,7 +179,9 @@ class BatchRun:
             first = await queue.take()
             if first is None:
                 return
-            await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id)
+            limit = self._concurrency_now()
+            await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id, self.worker_id, limit)
+            self._publishing = asyncio.create_task(self._publish_limit(limit))
             try:
                 async with asyncio.TaskGroup() as lanes:
                     lanes.create_task(self._lane(queue, first))

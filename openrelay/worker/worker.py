@@ -84,13 +84,12 @@ class Worker:
             self._wake.clear()
 
     async def tick(self) -> None:
-        await asyncio.to_thread(self.rt.batches.promote_validated)
-        max_batches = self.rt.settings.worker.max_batches
+        """Claim until the store has nothing for this worker (a claim also queues the batches validated since the
+        last one: ``Batches.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
-            runs = max_batches is None or len(self._runs) < max_batches
             batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
-                                            self.rt.settings.worker.lease_seconds, frozenset(self._active), runs=runs,
-                                            start_models=self._models_within_share())
+                                            self.rt.settings.worker.lease_seconds, frozenset(self._active),
+                                            runs=self._may_run_more(), start_models=self._models_within_share())
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
@@ -99,6 +98,14 @@ class Worker:
             if batch.status is BatchStatus.IN_PROGRESS:
                 self._runs[batch.id] = batch.model
             task.add_done_callback(lambda _t, bid=batch.id: self._done(bid))
+            if batch.from_queue and not (self._may_run_more() and self._models_within_share()):
+                # No batch to end was waiting (the claim looks for those first), and this worker may start no
+                # other: one more claim would find nothing. A batch to end that appears meanwhile waits a tick.
+                return
+
+    def _may_run_more(self) -> bool:
+        max_batches = self.rt.settings.worker.max_batches
+        return max_batches is None or len(self._runs) < max_batches
 
     def _done(self, batch_id: str) -> None:
         self._active.pop(batch_id, None)
