@@ -69,9 +69,9 @@ class Batches(BatchLeases):
                 reserve(conn, reserve_for, max_cost_nano_usd)
             for values in new_files:
                 insert_file(conn, **values)
-            conn.execute(batches.insert().values(**batch_values(batch, created_ns),
-                                                 reserved_nano_usd=max_cost_nano_usd if reserve_for else 0,
-                                                 output_expires_seconds=output_expires_seconds))
+            conn.execute(batches.insert(), {**batch_values(batch, created_ns),  # values as parameters: compiled once
+                                            "reserved_nano_usd": max_cost_nano_usd if reserve_for else 0,
+                                            "output_expires_seconds": output_expires_seconds})
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
             if claim is not None:

@@ -18,7 +18,7 @@ from .db import Database
 from .fair_share import Share, fair_queue, read_shares, record_start
 from .schema import batches
 
-__all__ = ["BatchLeases"]
+__all__ = ["BatchLeases", "end_run"]
 
 
 class BatchLeases:
@@ -29,7 +29,7 @@ class BatchLeases:
 
     def by_id(self, batch_id: str) -> Batch:
         with self.db.read() as conn:
-            row = conn.execute(sa.select(batches).where(batches.c.id == batch_id)).first()
+            row = conn.execute(_BY_ID, {"batch_id": batch_id}).first()
         if row is None:
             raise no_such("Batch", batch_id)
         return batch_from_row(row)
@@ -149,19 +149,16 @@ class BatchLeases:
         """The first request is about to start: the queue wait ends here (``in_progress_at``, set once), and the
         row shows the concurrency the run starts at (as ``set_concurrency_limit`` keeps it), in one write. Fenced
         by the lease; a row that would not change is not written (no change notice)."""
-        c = batches.c
         with self.db.write() as conn:
-            conn.execute(batches.update().where(
-                c.id == batch_id, c.lease_owner == worker_id,
-                sa.or_(c.in_progress_at.is_(None), c.concurrency_limit.is_distinct_from(concurrency_limit)),
-            ).values(in_progress_at=sa.func.coalesce(c.in_progress_at, now()), concurrency_limit=concurrency_limit))
+            conn.execute(_MARK_RUNNING, {"batch_id": batch_id, "owner": worker_id, "limit": concurrency_limit,
+                                         "stamp": now()})
 
-    def mark_finalizing(self, batch_id: str, worker_id: str) -> None:
+    def end_run(self, batch_id: str, worker_id: str, *, may_complete: bool) -> Batch:
+        """The batch as its run ends (its last chunk committed), read in one write that, when ``may_complete``
+        (no early abort stopped it) and every record has its line, moves it on to ``finalizing`` under this
+        worker's lease: a crash from there resumes it as a batch to finalize, which needs no slot."""
         with self.db.write() as conn:
-            conn.execute(batches.update().where(
-                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-                batches.c.status == BatchStatus.IN_PROGRESS.value,
-            ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now()))
+            return end_run(conn, batch_id, worker_id, may_complete=may_complete)
 
 
 # The claim's statements, built once (a claim runs at every tick and after every batch's end): their values are
@@ -175,6 +172,15 @@ _READY = sa.or_(_c.retry_at.is_(None), _c.retry_at <= _CLOCK)  # not waiting out
 _TAKE = (batches.update().where(_c.id == sa.bindparam("batch_id"), _FREE)
          .values(lease_owner=sa.bindparam("owner"), lease_expires_at=sa.bindparam("until"), started=True)
          .returning(*batches.c))
+_BY_ID = sa.select(batches).where(_c.id == sa.bindparam("batch_id"))
+_MINE = sa.and_(_c.id == sa.bindparam("batch_id"), _c.lease_owner == sa.bindparam("owner"))
+_LIMIT = sa.bindparam("limit", type_=sa.Integer)
+_MARK_RUNNING = batches.update().where(_MINE, sa.or_(_c.in_progress_at.is_(None),
+                                                     _c.concurrency_limit.is_distinct_from(_LIMIT))).values(
+    in_progress_at=sa.func.coalesce(_c.in_progress_at, sa.bindparam("stamp")), concurrency_limit=_LIMIT)
+_FINALIZING_WHEN_DONE = batches.update().where(
+    _MINE, _c.status == BatchStatus.IN_PROGRESS.value, _c.total - _c.completed - _c.failed == 0,
+).values(status=BatchStatus.FINALIZING.value, finalizing_at=sa.bindparam("stamp"))
 _RUNNING = sa.select(sa.func.count()).where(_c.model == sa.bindparam("model"), _c.started.is_(True),
                                            _c.status.in_(CLAIMABLE_VALUES))
 
@@ -203,6 +209,16 @@ def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
                                    _c.id.not_in(sa.bindparam("busy", expanding=True)), _READY,
                                    sa.or_(*to_end, *([orphaned] if runs else [])))
             .order_by(_c.created_ns).limit(1).with_for_update(skip_locked=True))
+
+
+def end_run(conn: Connection, batch_id: str, worker_id: str, *, may_complete: bool) -> Batch:
+    """``BatchLeases.end_run`` in the caller's transaction (also a run's last chunk's: ``Results.commit_chunk``)."""
+    if may_complete:
+        conn.execute(_FINALIZING_WHEN_DONE, {"batch_id": batch_id, "owner": worker_id, "stamp": now()})
+    row = conn.execute(_BY_ID, {"batch_id": batch_id}).first()
+    if row is None:
+        raise no_such("Batch", batch_id)
+    return batch_from_row(row)
 
 
 def _promote_validated(conn: Connection) -> int:

@@ -8,11 +8,12 @@ failing, even when its files cannot be composed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ..blobs.keys import chunks_folder, dispatch_order_key, error_key, error_tail_key, output_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
-from ..store.results import LeaseLost, ResultFile
+from ..store.results import Chunk, LeaseLost, ResultFile
 from ..types import Batch, BatchStatus
 from .inputs import Unreadable, pending_records, read_rejections
 from .lines import rejection_line, unrun_line
@@ -29,10 +30,14 @@ _UNRUN_CODE = {
 
 
 def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
-                   errors: list[dict] | None = None, *, unrun_code: str | None = None) -> None:
+                   errors: list[dict] | None = None, *, unrun_code: str | None = None,
+                   chunks: list[Chunk] | None = None, ended: Callable[[], None] | None = None) -> None:
     """``status`` is what ends the batch; an expiry that finds no record left unrun ends it ``completed``.
-    ``unrun_code``: the code of the records left unrun, when not the status's own (an early abort's)."""
-    chunks = rt.results.chunks(batch.id)
+    ``unrun_code``: the code of the records left unrun, when not the status's own (an early abort's). ``chunks``:
+    the batch's durable chunks, when the caller knows them (its run committed them under its lease); else they are
+    read. ``ended`` is called once the terminal transaction commits, before the blobs it no longer needs go."""
+    if chunks is None:
+        chunks = rt.results.chunks(batch.id)
     rejections = read_rejections(rt.blobs, batch)
     settled = {line for chunk in chunks for line in chunk.lines}
     skip = settled | {r.line for r in rejections}
@@ -65,6 +70,8 @@ def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatu
     rt.blobs.delete(dispatch_order_key(batch.id))
     rt.results.finalize(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
                         unrun=unrun, errors=errors)
+    if ended is not None:
+        ended()
     # Every chunk is in the result files now. The folder also holds any chunk a run wrote but never committed
     # (killed between its blobs and its commit, or refused for a lost lease): nothing names those, so they go too.
     rt.blobs.delete_folder(chunks_folder(batch.id))
