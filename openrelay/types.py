@@ -218,6 +218,8 @@ class Batch:
     concurrency_limit: int | None = None  # the adaptive limit its worker runs it at now (null when unknown)
     # The database's clock minus this machine's, measured when a worker claimed it; not a column (NOT_STORED).
     clock_skew: float = dataclasses.field(default=0.0, metadata={NOT_STORED: True})
+    # The claim took it from its model's queue (a slot), not as one to end or resume; not a column either.
+    from_queue: bool = dataclasses.field(default=False, metadata={NOT_STORED: True})
 
     @property
     def terminal(self) -> bool:
@@ -229,12 +231,12 @@ class Batch:
         runs fast or slow ends the batch when the claims would."""
         return time.time() + self.clock_skew >= self.expires_at
 
-    def claimed_at(self, db_clock: float, local_clock: float) -> Batch:
+    def claimed_at(self, db_clock: float, local_clock: float, *, from_queue: bool = False) -> Batch:
         """This batch as claimed when the database's clock read ``db_clock``, read just after this machine's
         ``local_clock``: so the skew is never less than it is (bar the database clock's resolution, a millisecond
         on SQLite), and a worker does not judge its window open once the database's clock has passed it (measured
         after the rest of the claim's transaction, it lagged by that transaction's time)."""
-        return dataclasses.replace(self, clock_skew=db_clock - local_clock)
+        return dataclasses.replace(self, clock_skew=db_clock - local_clock, from_queue=from_queue)
 
     def as_api(self) -> dict[str, Any]:
         fields = {name: getattr(self, name) for name in BATCH_API_FIELDS}

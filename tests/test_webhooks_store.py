@@ -23,19 +23,13 @@ from openrelay.store.webhooks import WebhookStore
 from openrelay.types import Batch, BatchStatus
 from tests.conftest import BACKEND
 from tests.support.server import create_pg_database, drop_pg_database
+from tests.support.store_db import fresh_database
 
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'w.db'}"
-    database = Database(url)
-    database.migrate()
-    try:
+    with fresh_database(tmp_path, "w.db") as database:
         yield database
-    finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)
 
 
 def _org_and_key(db: Database) -> tuple[str, str]:

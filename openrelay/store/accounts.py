@@ -135,7 +135,10 @@ class Accounts:
         """The live key with this secret, or None."""
         digest = hash_key(secret)
         with self.db.read() as conn:
-            row = conn.execute(sa.select(api_keys).where(api_keys.c.key_hash == digest)).first()
+            row = conn.execute(_BY_HASH, {"digest": digest}).first()
         if row is None or not hmac.compare_digest(row.key_hash, digest) or row.revoked_at is not None:
             return None
         return _key(row)
+
+
+_BY_HASH = sa.select(api_keys).where(api_keys.c.key_hash == sa.bindparam("digest"))  # built once: every write asks

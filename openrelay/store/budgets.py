@@ -58,17 +58,22 @@ def settle(conn: Connection, *, batch_id: str, key_id: str, reserved: int, cost_
     counts) spends past its reservation; the reservation never goes below 0."""
     released = min(reserved, cost_nano_usd)
     if released:
-        conn.execute(batches.update().where(batches.c.id == batch_id)
-                     .values(reserved_nano_usd=batches.c.reserved_nano_usd - released))
+        conn.execute(_BATCH_RELEASES, {"batch_id": batch_id, "released": released})
     if cost_nano_usd or released:
-        conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(
-            spent_nano_usd=api_keys.c.spent_nano_usd + cost_nano_usd,
-            reserved_nano_usd=api_keys.c.reserved_nano_usd - released))
+        conn.execute(_KEY_SPENDS, {"key_id": key_id, "cost": cost_nano_usd, "released": released})
 
 
 def release(conn: Connection, *, batch_id: str, key_id: str, reserved: int) -> None:
     """The batch has ended: what it still holds (``reserved``, read in this transaction) goes back to its key."""
     if reserved:
-        conn.execute(batches.update().where(batches.c.id == batch_id).values(reserved_nano_usd=0))
-        conn.execute(api_keys.update().where(api_keys.c.id == key_id)
-                     .values(reserved_nano_usd=api_keys.c.reserved_nano_usd - reserved))
+        conn.execute(_BATCH_HOLDS_NOTHING, {"batch_id": batch_id})
+        conn.execute(_KEY_SPENDS, {"key_id": key_id, "cost": 0, "released": reserved})
+
+
+# Built once: a chunk's commit and a batch's end run them (the values are parameters).
+_BATCH_RELEASES = batches.update().where(batches.c.id == sa.bindparam("batch_id")).values(
+    reserved_nano_usd=batches.c.reserved_nano_usd - sa.bindparam("released"))
+_BATCH_HOLDS_NOTHING = batches.update().where(batches.c.id == sa.bindparam("batch_id")).values(reserved_nano_usd=0)
+_KEY_SPENDS = api_keys.update().where(api_keys.c.id == sa.bindparam("key_id")).values(
+    spent_nano_usd=api_keys.c.spent_nano_usd + sa.bindparam("cost"),
+    reserved_nano_usd=api_keys.c.reserved_nano_usd - sa.bindparam("released"))

@@ -9,6 +9,7 @@ under the model's lock (``BatchLeases._next_queued``), so every worker sees the 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -24,11 +25,13 @@ __all__ = ["Share", "NEVER_STARTED", "fair_queue", "record_start", "read_shares"
 NEVER_STARTED = 0.0
 
 
-def fair_queue(model: str) -> tuple[sa.FromClause, list[sa.ColumnElement]]:
+def fair_queue() -> tuple[sa.FromClause, list[sa.ColumnElement]]:
     """The queued rows' source (``batches`` joined to each organization's running count and turn) and the ORDER
-    BY terms, within a tier. The running counts are one aggregate over the model's running batches (at most its
-    slots), joined by organization: a count per queued row would read every batch of the model in progress once
-    per queued batch: 5.6 s a claim on PostgreSQL with 10,000 queued (bench/bench_claim_queue.py)."""
+    BY terms, within a tier, for the model bound as the parameter ``model``. The running counts are one aggregate
+    over the model's running batches (at most its slots), joined by organization: a count per queued row would read
+    every batch of the model in progress once per queued batch: 5.6 s a claim on PostgreSQL with 10,000 queued
+    (bench/bench_claim_queue.py)."""
+    model = sa.bindparam("model")
     running = (sa.select(batches.c.org_id, sa.func.count().label("batches"))
                .where(batches.c.model == model, batches.c.started.is_(True), batches.c.status.in_(CLAIMABLE_VALUES))
                .group_by(batches.c.org_id).subquery("running_of_org"))
@@ -42,10 +45,17 @@ def fair_queue(model: str) -> tuple[sa.FromClause, list[sa.ColumnElement]]:
 
 def record_start(conn: Connection, *, model: str, org_id: str, clock: float, is_sqlite: bool) -> None:
     """A queued batch of ``org_id`` starts now (the database's ``clock``): its organization's turn moves to the back."""
+    conn.execute(_record_start(is_sqlite), {"model": model, "org_id": org_id, "clock": clock})
+
+
+@functools.cache
+def _record_start(is_sqlite: bool) -> sa.Insert:
+    clock = sa.bindparam("clock", type_=sa.Float)
     insert = (sqlite if is_sqlite else postgresql).insert(model_shares)
-    conn.execute(insert.values(model=model, org_id=org_id, last_started_at=clock, batches_started=1)
-                 .on_conflict_do_update(index_elements=["model", "org_id"], set_={
-                     "last_started_at": clock, "batches_started": model_shares.c.batches_started + 1}))
+    return (insert.values(model=sa.bindparam("model"), org_id=sa.bindparam("org_id"), last_started_at=clock,
+                          batches_started=1)
+            .on_conflict_do_update(index_elements=["model", "org_id"], set_={
+                "last_started_at": clock, "batches_started": model_shares.c.batches_started + 1}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,9 +40,9 @@ def insert_file(conn: Connection, *, file_id: str, org_id: str, purpose: str, fi
     """A file row; ``expires_after`` seconds: it expires that long after its ``created_at``."""
     created_at = now() if created_at is None else created_at
     expires_at = None if expires_after is None else created_at + expires_after
-    conn.execute(files.insert().values(
-        id=file_id, org_id=org_id, purpose=purpose, filename=filename, bytes=size, created_at=created_at,
-        created_ns=now_ns(), blob_key=blob_key, expires_at=expires_at))
+    conn.execute(files.insert(), {  # the values as parameters: the statement is compiled once, not per file
+        "id": file_id, "org_id": org_id, "purpose": purpose, "filename": filename, "bytes": size,
+        "created_at": created_at, "created_ns": now_ns(), "blob_key": blob_key, "expires_at": expires_at})
 
 
 class Files:
@@ -114,8 +114,13 @@ class Files:
         """Blobs an ended batch kept alive that no file row names any more (deleted while it ran)."""
         keys = [batch.input_blob_key] + ([rejections_key(batch.id)] if batch.rejected_count else [])
         with self.db.read() as conn:
-            named = set(conn.execute(sa.select(files.c.blob_key).where(files.c.blob_key.in_(keys))).scalars())
-            busy = set(conn.execute(sa.select(batches.c.input_blob_key).where(
-                batches.c.input_blob_key == batch.input_blob_key, batches.c.id != batch.id,
-                batches.c.status.not_in(TERMINAL_VALUES))).scalars())
+            named = set(conn.execute(_NAMED, {"keys": keys}).scalars())
+            busy = set(conn.execute(_READ_BY_OTHERS, {"key": batch.input_blob_key, "batch_id": batch.id}).scalars())
         return [k for k in keys if k not in named and k not in busy]
+
+
+# ``orphaned_batch_blobs``'s reads, built once: every batch's end runs them.
+_NAMED = sa.select(files.c.blob_key).where(files.c.blob_key.in_(sa.bindparam("keys", expanding=True)))
+_READ_BY_OTHERS = sa.select(batches.c.input_blob_key).where(
+    batches.c.input_blob_key == sa.bindparam("key"), batches.c.id != sa.bindparam("batch_id"),
+    batches.c.status.not_in(TERMINAL_VALUES))

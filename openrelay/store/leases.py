@@ -3,6 +3,7 @@ the retry mark that gives a failed run back to the queue. Every time here is the
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Collection
 
@@ -18,7 +19,7 @@ from .fair_share import Share, fair_queue, read_shares, record_start
 from .notices import announce
 from .schema import batches
 
-__all__ = ["BatchLeases"]
+__all__ = ["BatchLeases", "end_run"]
 
 
 class BatchLeases:
@@ -29,20 +30,16 @@ class BatchLeases:
 
     def by_id(self, batch_id: str) -> Batch:
         with self.db.read() as conn:
-            row = conn.execute(sa.select(batches).where(batches.c.id == batch_id)).first()
+            row = conn.execute(_BY_ID, {"batch_id": batch_id}).first()
         if row is None:
             raise no_such("Batch", batch_id)
         return batch_from_row(row)
 
     def promote_validated(self) -> int:
-        """Validated batches join their model's queue (in_progress with in_progress_at still null)."""
+        """Validated batches join their model's queue (in_progress with in_progress_at still null). Every claim
+        does this first, in its own transaction."""
         with self.db.write() as conn:
-            orgs = list(conn.execute(batches.update().where(batches.c.status == BatchStatus.VALIDATING.value)
-                                     .values(status=BatchStatus.IN_PROGRESS.value).returning(batches.c.org_id))
-                        .scalars())
-            for org_id in set(orgs):
-                announce(conn, org_id=org_id)
-            return len(orgs)
+            return _promote_validated(conn)
 
     def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
               busy: frozenset[str] = frozenset(), *, runs: bool = True,
@@ -53,44 +50,40 @@ class BatchLeases:
         ``start_models``: the models it may run one more batch of (its share of their slots, ``worker/share.py``);
         None: every model.
 
-        First a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
+        Validated batches join their queues first (``promote_validated``), so a claim sees every batch created
+        before it. Then a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
         cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
         free slot, the queued batch that comes first (``_next_queued``).
 
         Atomic however many workers claim at once: the candidate row is locked (``FOR UPDATE SKIP LOCKED`` on
         PostgreSQL, so a racing worker takes the next one; SQLite's write transaction admits one writer), and the
         lease is taken by an update that re-checks the lease is free and must change exactly that row. Times are
-        the database's clock.
+        the database's clock. The batch's ``from_queue`` says whether it came from a queue: then no batch to end
+        was waiting when it was claimed.
         """
-        models = list(slots)
         with self.db.write() as conn:
+            _promote_validated(conn)
             local = time.time()  # read just before the database's clock: the skew to it (``Batch.claimed_at``)
             clock = self.db.clock(conn)
-            free = sa.or_(batches.c.lease_owner.is_(None), batches.c.lease_expires_at < clock)
-            to_end = [batches.c.status != BatchStatus.IN_PROGRESS.value, batches.c.expires_at <= int(clock),
-                      batches.c.model.not_in(models)]
-            orphaned = batches.c.started.is_(True)
+            params: dict[str, object] = {"clock": clock, "clock_s": int(clock), "models": list(slots),
+                                         "busy": list(busy)}
             if start_models is not None:
-                orphaned = sa.and_(orphaned, batches.c.model.in_(list(start_models)))
-            row = conn.execute(sa.select(batches.c.id).where(
-                batches.c.status.in_(CLAIMABLE_VALUES), free, batches.c.id.not_in(busy), _ready(clock),
-                sa.or_(*to_end, *([orphaned] if runs else [])),
-            ).order_by(batches.c.created_ns).limit(1).with_for_update(skip_locked=True)).first()
+                params["start_models"] = list(start_models)
+            row = conn.execute(_to_end(runs=runs, some_models=start_models is not None), params).first()
             queued = None
             if row is None and runs:
                 may_start = slots if start_models is None else {m: n for m, n in slots.items() if m in start_models}
                 row = queued = self._next_queued(conn, may_start, clock)
             if row is None:
                 return None
-            taken = conn.execute(batches.update().where(batches.c.id == row.id, free).values(
-                lease_owner=worker_id, lease_expires_at=clock + lease_seconds, started=True))
-            if taken.rowcount != 1:
+            taken = conn.execute(_TAKE, {"batch_id": row.id, "clock": clock, "owner": worker_id,
+                                         "until": clock + lease_seconds}).first()
+            if taken is None:
                 return None  # another worker's claim won; the next tick looks again
             if queued is not None:
                 record_start(conn, model=queued.model, org_id=queued.org_id, clock=clock, is_sqlite=self.db.is_sqlite)
-            claimed = batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == row.id)).one())
-            announce(conn, org_id=claimed.org_id)  # started, or ending: a poll shows where it is
-            return claimed.claimed_at(clock, local)
+            announce(conn, org_id=taken.org_id)  # started, or ending: a poll shows where it is
+            return batch_from_row(taken).claimed_at(clock, local, from_queue=queued is not None)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
         """Per model with a free slot (counted over every worker, under the model's lock): expedited before
@@ -100,16 +93,9 @@ class BatchLeases:
         slot or many."""
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
-            running = conn.execute(sa.select(sa.func.count()).where(
-                batches.c.model == model, batches.c.started.is_(True),
-                batches.c.status.in_(CLAIMABLE_VALUES))).scalar_one()
-            if running >= model_slots:
+            if conn.execute(_RUNNING, {"model": model}).scalar_one() >= model_slots:
                 continue
-            source, fair_order = fair_queue(model)
-            row = conn.execute(sa.select(batches.c.id, batches.c.model, batches.c.org_id).select_from(source).where(
-                batches.c.model == model, batches.c.started.is_(False),
-                batches.c.status == BatchStatus.IN_PROGRESS.value, _ready(clock),
-            ).order_by(sa.case((batches.c.priority == "expedited", 0), else_=1), *fair_order).limit(1)).first()
+            row = conn.execute(_NEXT_QUEUED, {"model": model, "clock": clock}).first()
             if row is not None:
                 return row
         return None
@@ -164,22 +150,87 @@ class BatchLeases:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                          .values(lease_owner=None, lease_expires_at=None))
 
-    def mark_running(self, batch_id: str) -> None:
-        """The first request is about to start: the queue wait ends here."""
+    def mark_running(self, batch_id: str, worker_id: str, concurrency_limit: int | None) -> None:
+        """The first request is about to start: the queue wait ends here (``in_progress_at``, set once), and the
+        row shows the concurrency the run starts at (as ``set_concurrency_limit`` keeps it), in one write. Fenced
+        by the lease; a row that would not change is not written (no change notice)."""
         with self.db.write() as conn:
-            if conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.in_progress_at.is_(None))
-                            .values(in_progress_at=now())).rowcount:
+            if conn.execute(_MARK_RUNNING, {"batch_id": batch_id, "owner": worker_id, "limit": concurrency_limit,
+                                            "stamp": now()}).rowcount:
                 announce(conn, batch_id=batch_id)
 
-    def mark_finalizing(self, batch_id: str, worker_id: str) -> None:
+    def end_run(self, batch_id: str, worker_id: str, *, may_complete: bool) -> Batch:
+        """The batch as its run ends (its last chunk committed), read in one write that, when ``may_complete``
+        (no early abort stopped it) and every record has its line, moves it on to ``finalizing`` under this
+        worker's lease: a crash from there resumes it as a batch to finalize, which needs no slot."""
         with self.db.write() as conn:
-            if conn.execute(batches.update().where(
-                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-                batches.c.status == BatchStatus.IN_PROGRESS.value,
-            ).values(status=BatchStatus.FINALIZING.value, finalizing_at=now())).rowcount:
-                announce(conn, batch_id=batch_id)
+            return end_run(conn, batch_id, worker_id, may_complete=may_complete)
 
 
-def _ready(clock: float) -> sa.ColumnElement[bool]:
-    """Not waiting out the backoff after a failed run."""
-    return sa.or_(batches.c.retry_at.is_(None), batches.c.retry_at <= clock)
+# The claim's statements, built once (a claim runs at every tick and after every batch's end): their values are
+# bound parameters, the database's clock (``clock``, and ``clock_s`` in whole seconds) among them.
+_c = batches.c
+_CLOCK = sa.bindparam("clock", type_=sa.Float)
+_PROMOTE = (batches.update().where(_c.status == BatchStatus.VALIDATING.value)
+            .values(status=BatchStatus.IN_PROGRESS.value).returning(_c.org_id))
+_FREE = sa.or_(_c.lease_owner.is_(None), _c.lease_expires_at < _CLOCK)
+_READY = sa.or_(_c.retry_at.is_(None), _c.retry_at <= _CLOCK)  # not waiting out the backoff after a failed run
+_TAKE = (batches.update().where(_c.id == sa.bindparam("batch_id"), _FREE)
+         .values(lease_owner=sa.bindparam("owner"), lease_expires_at=sa.bindparam("until"), started=True)
+         .returning(*batches.c))
+_BY_ID = sa.select(batches).where(_c.id == sa.bindparam("batch_id"))
+_MINE = sa.and_(_c.id == sa.bindparam("batch_id"), _c.lease_owner == sa.bindparam("owner"))
+_LIMIT = sa.bindparam("limit", type_=sa.Integer)
+_MARK_RUNNING = batches.update().where(_MINE, sa.or_(_c.in_progress_at.is_(None),
+                                                     _c.concurrency_limit.is_distinct_from(_LIMIT))).values(
+    in_progress_at=sa.func.coalesce(_c.in_progress_at, sa.bindparam("stamp")), concurrency_limit=_LIMIT)
+_FINALIZING_WHEN_DONE = batches.update().where(
+    _MINE, _c.status == BatchStatus.IN_PROGRESS.value, _c.total - _c.completed - _c.failed == 0,
+).values(status=BatchStatus.FINALIZING.value, finalizing_at=sa.bindparam("stamp"))
+_RUNNING = sa.select(sa.func.count()).where(_c.model == sa.bindparam("model"), _c.started.is_(True),
+                                           _c.status.in_(CLAIMABLE_VALUES))
+
+
+def _next_queued_query() -> sa.Select:
+    source, fair_order = fair_queue()
+    return (sa.select(_c.id, _c.model, _c.org_id).select_from(source)
+            .where(_c.model == sa.bindparam("model"), _c.started.is_(False),
+                   _c.status == BatchStatus.IN_PROGRESS.value, _READY)
+            .order_by(sa.case((_c.priority == "expedited", 0), else_=1), *fair_order).limit(1))
+
+
+_NEXT_QUEUED = _next_queued_query()
+
+
+@functools.cache
+def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
+    """The claim's first look: a batch that needs no slot (``BatchLeases.claim``); an orphaned run only when the
+    worker ``runs`` more, of the ``start_models`` when it names ``some_models``."""
+    to_end = [_c.status != BatchStatus.IN_PROGRESS.value, _c.expires_at <= sa.bindparam("clock_s"),
+              _c.model.not_in(sa.bindparam("models", expanding=True))]
+    orphaned = _c.started.is_(True)
+    if some_models:
+        orphaned = sa.and_(orphaned, _c.model.in_(sa.bindparam("start_models", expanding=True)))
+    return (sa.select(_c.id).where(_c.status.in_(CLAIMABLE_VALUES), _FREE,
+                                   _c.id.not_in(sa.bindparam("busy", expanding=True)), _READY,
+                                   sa.or_(*to_end, *([orphaned] if runs else [])))
+            .order_by(_c.created_ns).limit(1).with_for_update(skip_locked=True))
+
+
+def end_run(conn: Connection, batch_id: str, worker_id: str, *, may_complete: bool) -> Batch:
+    """``BatchLeases.end_run`` in the caller's transaction (also a run's last chunk's: ``Results.commit_chunk``)."""
+    if may_complete and conn.execute(_FINALIZING_WHEN_DONE, {"batch_id": batch_id, "owner": worker_id,
+                                                             "stamp": now()}).rowcount:
+        announce(conn, batch_id=batch_id)
+    row = conn.execute(_BY_ID, {"batch_id": batch_id}).first()
+    if row is None:
+        raise no_such("Batch", batch_id)
+    return batch_from_row(row)
+
+
+def _promote_validated(conn: Connection) -> int:
+    """Validated batches join their queues; their organizations' polls are told."""
+    orgs = list(conn.execute(_PROMOTE).scalars())
+    for org_id in set(orgs):
+        announce(conn, org_id=org_id)
+    return len(orgs)

@@ -8,8 +8,10 @@ cannot add anything.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import sqlalchemy as sa
@@ -17,10 +19,11 @@ from sqlalchemy.engine import Connection
 
 from ..errors import StoreError
 from ..ids import now
-from ..types import BatchStatus
+from ..types import Batch, BatchStatus
 from .budgets import release, settle
 from .db import Database
 from .files import insert_file
+from .leases import end_run
 from .notices import announce
 from .schema import batch_chunks, batches
 from .throughput import add_flush
@@ -64,8 +67,7 @@ class Results:
 
     def chunks(self, batch_id: str) -> list[Chunk]:
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(batch_chunks).where(batch_chunks.c.batch_id == batch_id)
-                                .order_by(batch_chunks.c.seq)).all()
+            rows = conn.execute(_CHUNKS, {"batch_id": batch_id}).all()
         return [Chunk(seq=r.seq, out_key=r.out_key, err_key=r.err_key, lines=orjson.loads(r.lines),
                       completed=r.completed, failed=r.failed, input_tokens=r.input_tokens,
                       output_tokens=r.output_tokens, cost_nano_usd=r.cost_nano_usd, cached_tokens=r.cached_tokens,
@@ -79,44 +81,42 @@ class Results:
                                 .where(c.batch_id == batch_id).order_by(c.seq)).all()
         return [(int(r[0]), int(r[1]), int(r[2])) for r in rows]
 
-    def commit_chunk(self, batch_id: str, worker_id: str, key_id: str, chunk: Chunk) -> None:
+    def commit_chunk(self, batch_id: str, worker_id: str, key_id: str, chunk: Chunk, *,
+                     run_ends: bool = False) -> Batch | None:
         """Idempotent per (batch, seq): a retry of a chunk whose commit did land (the answer was lost) adds
         nothing again. A chunk of that seq from another run (its blob keys differ: ``blobs.keys.chunk_key``)
-        means this run's lease was lost, whoever holds it now: ``LeaseLost``."""
+        means this run's lease was lost, whoever holds it now: ``LeaseLost``.
+
+        ``run_ends``: the last chunk of a run that ended as it should. Its transaction also ends the run
+        (``BatchLeases.end_run``) and returns the batch as that leaves it: a small batch's end costs one
+        transaction less."""
         with self.db.write() as conn:
-            landed = conn.execute(sa.select(batch_chunks.c.out_key, batch_chunks.c.err_key).where(
-                batch_chunks.c.batch_id == batch_id, batch_chunks.c.seq == chunk.seq)).first()
+            landed = conn.execute(_LANDED, {"batch_id": batch_id, "seq": chunk.seq}).first()
             if landed is not None:
                 if tuple(landed) == (chunk.out_key, chunk.err_key):
-                    return
+                    return end_run(conn, batch_id, worker_id, may_complete=True) if run_ends else None
                 raise LeaseLost(f"batch {batch_id}: chunk {chunk.seq} was written by another run")
-            row = conn.execute(sa.select(batches.c.throughput_window, batches.c.reserved_nano_usd)
-                               .where(batches.c.id == batch_id)).first()
+            row = conn.execute(_WINDOW_AND_RESERVED, {"batch_id": batch_id}).first()
             window, reserved = (None, 0) if row is None else row  # no row: the fenced update below says LeaseLost
-            done = conn.execute(batches.update().where(
-                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-            ).values(
-                throughput_window=add_flush(window, time.time(), chunk.completed + chunk.failed,
-                                            chunk.input_tokens + chunk.output_tokens),
-                completed=batches.c.completed + chunk.completed,
-                failed=batches.c.failed + chunk.failed,
-                input_tokens=batches.c.input_tokens + chunk.input_tokens,
-                cached_tokens=batches.c.cached_tokens + chunk.cached_tokens,
-                output_tokens=batches.c.output_tokens + chunk.output_tokens,
-                reasoning_tokens=batches.c.reasoning_tokens + chunk.reasoning_tokens,
-                cost_nano_usd=batches.c.cost_nano_usd + chunk.cost_nano_usd,
-            ))
+            done = conn.execute(_ADD_CHUNK, {
+                "batch_id": batch_id, "owner": worker_id,
+                "window": add_flush(window, time.time(), chunk.completed + chunk.failed,
+                                    chunk.input_tokens + chunk.output_tokens),
+                "d_completed": chunk.completed, "d_failed": chunk.failed, "d_input": chunk.input_tokens,
+                "d_cached": chunk.cached_tokens, "d_output": chunk.output_tokens,
+                "d_reasoning": chunk.reasoning_tokens, "d_cost": chunk.cost_nano_usd})
             if done.rowcount == 0:
                 raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
             announce(conn, batch_id=batch_id)  # its organization is read by the notice, after the commit
-            conn.execute(batch_chunks.insert().values(
-                batch_id=batch_id, seq=chunk.seq, out_key=chunk.out_key, err_key=chunk.err_key,
-                lines=orjson.dumps(chunk.lines).decode(), completed=chunk.completed, failed=chunk.failed,
-                input_tokens=chunk.input_tokens, output_tokens=chunk.output_tokens,
-                cost_nano_usd=chunk.cost_nano_usd, created_at=now(), out_bytes=chunk.out_bytes,
-                err_bytes=chunk.err_bytes, cached_tokens=chunk.cached_tokens, reasoning_tokens=chunk.reasoning_tokens,
-            ))
+            conn.execute(batch_chunks.insert(), {
+                "batch_id": batch_id, "seq": chunk.seq, "out_key": chunk.out_key, "err_key": chunk.err_key,
+                "lines": orjson.dumps(chunk.lines).decode(), "completed": chunk.completed, "failed": chunk.failed,
+                "input_tokens": chunk.input_tokens, "output_tokens": chunk.output_tokens,
+                "cost_nano_usd": chunk.cost_nano_usd, "created_at": now(), "out_bytes": chunk.out_bytes,
+                "err_bytes": chunk.err_bytes, "cached_tokens": chunk.cached_tokens,
+                "reasoning_tokens": chunk.reasoning_tokens})
             settle(conn, batch_id=batch_id, key_id=key_id, reserved=reserved, cost_nano_usd=chunk.cost_nano_usd)
+            return end_run(conn, batch_id, worker_id, may_complete=True) if run_ends else None
 
     def finalize(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
                  error: ResultFile | None, org_id: str, unrun: int | None,
@@ -129,10 +129,7 @@ class Results:
         """
         stamp = now()
         with self.db.write() as conn:
-            current, key_id, reserved, expires_after = conn.execute(
-                sa.select(batches.c.status, batches.c.key_id, batches.c.reserved_nano_usd,
-                          batches.c.output_expires_seconds)
-                .where(batches.c.id == batch_id)).one()
+            current, key_id, reserved, expires_after = conn.execute(_ENDING, {"batch_id": batch_id}).one()
             if status is BatchStatus.COMPLETED and current == BatchStatus.CANCELLING.value:
                 # Cancelled while finalizing: every record ran, but the user asked to cancel; say so.
                 status = BatchStatus.CANCELLED
@@ -143,25 +140,60 @@ class Results:
     def _finalize(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
                   output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,
                   errors: list[dict] | None, stamp: int, expires_after: int | None = None) -> None:
-        failed = batches.c.total - batches.c.completed if unrun is None else batches.c.failed + unrun
-        values: dict = {"status": status.value, "lease_owner": None, "lease_expires_at": None,
-                        f"{status.value}_at": stamp, "failed": failed, "retry_at": None}
-        if status is not BatchStatus.FAILED:
-            values["finalizing_at"] = sa.func.coalesce(batches.c.finalizing_at, stamp)
+        params: dict[str, Any] = {"batch_id": batch_id, "owner": worker_id, "stamp": stamp, "unrun": unrun or 0}
         if errors is not None:
-            values["errors"] = orjson.dumps(errors).decode()
-        for result, column in ((output, "output_file_id"), (error, "error_file_id")):
+            params["errors_json"] = orjson.dumps(errors).decode()
+        for result, column in ((output, "output_id"), (error, "error_id")):
             if result is None:
                 continue
             insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
                         filename=result.filename, size=result.size, blob_key=result.blob_key,
                         expires_after=expires_after, created_at=stamp)
-            values[column] = result.file_id
-        done = conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
-                            .values(**values))
+            params[column] = result.file_id
+        done = conn.execute(_end_statement(status, every_unlined=unrun is None, errors=errors is not None,
+                                           output=output is not None, error=error is not None), params)
         if done.rowcount == 0:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
         announce(conn, org_id=org_id)
         # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
                             stamp=stamp, errors=errors)
+
+
+# The statements of a chunk's commit and a batch's end, built once (they run for every batch, however small).
+_c = batches.c
+_k = batch_chunks.c
+_CHUNKS = sa.select(batch_chunks).where(_k.batch_id == sa.bindparam("batch_id")).order_by(_k.seq)
+_LANDED = sa.select(_k.out_key, _k.err_key).where(_k.batch_id == sa.bindparam("batch_id"),
+                                                  _k.seq == sa.bindparam("seq"))
+_WINDOW_AND_RESERVED = sa.select(_c.throughput_window, _c.reserved_nano_usd).where(_c.id == sa.bindparam("batch_id"))
+_ADD_CHUNK = batches.update().where(_c.id == sa.bindparam("batch_id"), _c.lease_owner == sa.bindparam("owner")).values(
+    throughput_window=sa.bindparam("window"),
+    completed=_c.completed + sa.bindparam("d_completed"), failed=_c.failed + sa.bindparam("d_failed"),
+    input_tokens=_c.input_tokens + sa.bindparam("d_input"), cached_tokens=_c.cached_tokens + sa.bindparam("d_cached"),
+    output_tokens=_c.output_tokens + sa.bindparam("d_output"),
+    reasoning_tokens=_c.reasoning_tokens + sa.bindparam("d_reasoning"),
+    cost_nano_usd=_c.cost_nano_usd + sa.bindparam("d_cost"))
+_ENDING = sa.select(_c.status, _c.key_id, _c.reserved_nano_usd, _c.output_expires_seconds).where(
+    _c.id == sa.bindparam("batch_id"))
+
+
+@functools.cache
+def _end_statement(status: BatchStatus, *, every_unlined: bool, errors: bool, output: bool,
+                   error: bool) -> sa.Update:
+    """The terminal update of ``Results._finalize``, fenced by the lease (``owner``): ``every_unlined`` counts
+    every record without a line as failed, else the ``unrun`` ones are added to the failed."""
+    stamp = sa.bindparam("stamp")
+    values: dict[str, Any] = {
+        "status": status.value, "lease_owner": None, "lease_expires_at": None, f"{status.value}_at": stamp,
+        "failed": _c.total - _c.completed if every_unlined else _c.failed + sa.bindparam("unrun"), "retry_at": None}
+    if status is not BatchStatus.FAILED:
+        values["finalizing_at"] = sa.func.coalesce(_c.finalizing_at, stamp)
+    if errors:
+        values["errors"] = sa.bindparam("errors_json")
+    if output:
+        values["output_file_id"] = sa.bindparam("output_id")
+    if error:
+        values["error_file_id"] = sa.bindparam("error_id")
+    return batches.update().where(_c.id == sa.bindparam("batch_id"), _c.lease_owner == sa.bindparam("owner")).values(
+        **values)

@@ -14,6 +14,7 @@ Every time here is the database's clock.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,16 +102,17 @@ def event_payload(event_id: str, event_type: str, created_at: int, object_id: st
                          "data": data})
 
 
-def delivery_id(event_id: str, endpoint_id: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+def delivery_id(event_id: sa.ColumnElement[str], endpoint_id: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
     """A delivery's id, made of its event's and endpoint's (unique as that pair is): ``whd_`` + the event's hex +
     the endpoint's. Migration 0018 gave the deliveries before it the same."""
-    return sa.literal("whd_" + event_id.removeprefix("evt_"), sa.String) + sa.func.substr(endpoint_id, 4)
+    return sa.literal("whd_", sa.String) + sa.func.substr(event_id, 5) + sa.func.substr(endpoint_id, 4)
 
 
-def subscribed(event_type: str) -> sa.ColumnElement[bool]:
+def subscribed(event_type: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
     """Whether an endpoint gets events of ``event_type``: it names no types (every one), or names this one."""
     events = webhook_endpoints.c.events
-    return sa.or_(events.is_(None), (sa.literal(",") + events + sa.literal(",")).contains(f",{event_type},"))
+    comma = sa.literal(",", sa.String)
+    return sa.or_(events.is_(None), (comma + events + comma).contains(comma + event_type + comma))
 
 
 def previous_secret_in_force(previous_secret: str | None, rotated_at: float | None, clock: float,
@@ -127,20 +129,31 @@ def _insert_event(conn: Connection, *, clock: float, org_id: str, event_type: st
     """The event and a pending delivery, due now, to each live endpoint of the organization subscribed to
     ``event_type`` (or only to ``endpoint_id``, whatever it subscribes to)."""
     event_id = new_event_id()
-    conn.execute(webhook_events.insert().values(
-        id=event_id, org_id=org_id, type=event_type, batch_id=batch_id, created_at=stamp,
-        payload=event_payload(event_id, event_type, stamp, object_id, errors).decode()))
-    e = webhook_endpoints.c
-    targets = sa.select(
-        delivery_id(event_id, e.id), sa.literal(event_id, sa.String), e.id, e.org_id, sa.literal(PENDING, sa.String),
-        sa.literal(0), sa.literal(clock, sa.Float), sa.literal(clock, sa.Float), sa.literal(clock, sa.Float),
-    ).where(e.org_id == org_id, e.removed_at.is_(None))
-    targets = targets.where(e.id == endpoint_id) if endpoint_id is not None else targets.where(subscribed(event_type))
-    d = webhook_deliveries.c
-    conn.execute(webhook_deliveries.insert().from_select(
-        [d.id, d.event_id, d.endpoint_id, d.org_id, d.state, d.attempts, d.enqueued_at, d.next_attempt_at,
-         d.created_at], targets))
+    conn.execute(webhook_events.insert(), {
+        "id": event_id, "org_id": org_id, "type": event_type, "batch_id": batch_id, "created_at": stamp,
+        "payload": event_payload(event_id, event_type, stamp, object_id, errors).decode()})
+    conn.execute(_deliveries_insert(to_one_endpoint=endpoint_id is not None), {
+        "event_id": event_id, "clock": clock, "org_id": org_id, "endpoint_id": endpoint_id, "event_type": event_type})
     return event_id
+
+
+@functools.cache
+def _deliveries_insert(*, to_one_endpoint: bool) -> sa.Insert:
+    """``_insert_event``'s deliveries, built once (every batch's end runs it), its values as parameters."""
+    e = webhook_endpoints.c
+    clock = sa.bindparam("clock", type_=sa.Float)
+    event_id = sa.bindparam("event_id", type_=sa.String)
+    targets = sa.select(delivery_id(event_id, e.id), event_id, e.id, e.org_id, sa.literal(PENDING, sa.String),
+                        sa.literal(0), clock, clock, clock).where(e.org_id == sa.bindparam("org_id"),
+                                                                 e.removed_at.is_(None))
+    if to_one_endpoint:
+        targets = targets.where(e.id == sa.bindparam("endpoint_id"))
+    else:
+        targets = targets.where(subscribed(sa.bindparam("event_type", type_=sa.String)))
+    d = webhook_deliveries.c
+    return webhook_deliveries.insert().from_select(
+        [d.id, d.event_id, d.endpoint_id, d.org_id, d.state, d.attempts, d.enqueued_at, d.next_attempt_at,
+         d.created_at], targets)
 
 
 def enqueue_batch_event(conn: Connection, *, clock: float, org_id: str, batch_id: str, status: BatchStatus,

@@ -54,6 +54,9 @@ class ChunkWriter:
         self._run = secrets.token_hex(4)  # in this run's chunk keys: no other run writes the same blob
         self._pending = _Pending()
         self._unwritten: tuple[int, _Pending] | None = None  # a chunk whose write failed, written again as is
+        self.committed: list[Chunk] = []  # the chunks this run made durable, in order
+        self.ended: Batch | None = None  # the batch as the last chunk's commit ended the run (``close``)
+        self._ends_run = False
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -99,9 +102,12 @@ class ChunkWriter:
 
     # -- the writer's side ---------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """No more records will come: ``run`` returns once everything is durable."""
+    def close(self, *, ends_run: bool = False) -> None:
+        """No more records will come: ``run`` returns once everything is durable. ``ends_run``: the run ended
+        as it should (no failure, no early abort), and the commit of a last chunk written after this also ends
+        it (``Results.commit_chunk``); ``ended`` is then the batch as that commit left it."""
         self._closing = True
+        self._ends_run = ends_run
         self._wake.set()
 
     async def run(self, lost: Callable[[], bool]) -> None:
@@ -139,8 +145,9 @@ class ChunkWriter:
             self._seq += 1
             self._unwritten, self._pending = (self._seq, self._pending), _Pending()
         seq, pending = self._unwritten
+        last = self._ends_run and not self._pending.lines  # closed, and no record comes after this chunk
         try:
-            await asyncio.to_thread(self._write_chunk, seq, pending)
+            await asyncio.to_thread(self._write_chunk, seq, pending, last)
         except LeaseLost:
             raise
         except Exception as exc:  # the store or the blob store is away: keep the chunk, try again later
@@ -152,7 +159,7 @@ class ChunkWriter:
             self._room.set()
         return True
 
-    def _write_chunk(self, seq: int, pending: _Pending) -> None:
+    def _write_chunk(self, seq: int, pending: _Pending, last: bool) -> None:
         keys: dict[str, str | None] = {"out": None, "err": None}
         sizes: dict[str, int | None] = {"out": None, "err": None}
         for lines, kind in ((pending.out, "out"), (pending.err, "err")):
@@ -168,11 +175,14 @@ class ChunkWriter:
                       reasoning_tokens=pending.reasoning_tokens, cost_nano_usd=pending.cost, out_bytes=sizes["out"],
                       err_bytes=sizes["err"])
         try:
-            self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk)
+            ended = self.rt.results.commit_chunk(self.batch.id, self.worker_id, self.batch.key_id, chunk,
+                                                 run_ends=last)
         except LeaseLost:  # another run holds the batch: these blobs are no chunk's; nothing reads them
             for key in filter(None, keys.values()):
                 with contextlib.suppress(Exception):
                     self.rt.blobs.delete(key)
             raise
+        self.committed.append(chunk)
+        self.ended = ended
         RECORDS.labels(self.model, "completed").inc(chunk.completed)
         RECORDS.labels(self.model, "failed").inc(chunk.failed)

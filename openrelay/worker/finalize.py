@@ -8,11 +8,12 @@ failing, even when its files cannot be composed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ..blobs.keys import chunks_folder, dispatch_order_key, error_key, error_tail_key, output_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
-from ..store.results import LeaseLost, ResultFile
+from ..store.results import Chunk, LeaseLost, ResultFile
 from ..types import Batch, BatchStatus
 from .inputs import Unreadable, pending_records, read_rejections
 from .lines import rejection_line, unrun_line
@@ -29,23 +30,29 @@ _UNRUN_CODE = {
 
 
 def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus,
-                   errors: list[dict] | None = None, *, unrun_code: str | None = None) -> None:
+                   errors: list[dict] | None = None, *, unrun_code: str | None = None,
+                   chunks: list[Chunk] | None = None, ended: Callable[[], None] | None = None) -> None:
     """``status`` is what ends the batch; an expiry that finds no record left unrun ends it ``completed``.
-    ``unrun_code``: the code of the records left unrun, when not the status's own (an early abort's)."""
-    chunks = rt.results.chunks(batch.id)
+    ``unrun_code``: the code of the records left unrun, when not the status's own (an early abort's). ``chunks``:
+    the batch's durable chunks, when the caller knows them (its run committed them under its lease); else they are
+    read. ``ended`` is called once the terminal transaction commits, before the blobs it no longer needs go."""
+    if chunks is None:
+        chunks = rt.results.chunks(batch.id)
     rejections = read_rejections(rt.blobs, batch)
     settled = {line for chunk in chunks for line in chunk.lines}
     skip = settled | {r.line for r in rejections}
     unrun = 0
-    with rt.blobs.writer(error_tail_key(batch.id)) as tail:
-        for rejection in rejections:
-            tail.write(rejection_line(rejection))
-        if status is not BatchStatus.COMPLETED:
-            code = unrun_code or _UNRUN_CODE[status]
-            for _line, record in pending_records(rt.blobs, batch, skip, rt.settings.batches.max_line_bytes):
-                custom_id = record.custom_id if isinstance(record, Unreadable) else record["custom_id"]
-                tail.write(unrun_line(custom_id, code))
-                unrun += 1
+    tail = bool(rejections) or status is not BatchStatus.COMPLETED  # a completed batch's tail holds its rejections
+    if tail:
+        with rt.blobs.writer(error_tail_key(batch.id)) as out:
+            for rejection in rejections:
+                out.write(rejection_line(rejection))
+            if status is not BatchStatus.COMPLETED:
+                code = unrun_code or _UNRUN_CODE[status]
+                for _line, record in pending_records(rt.blobs, batch, skip, rt.settings.batches.max_line_bytes):
+                    custom_id = record.custom_id if isinstance(record, Unreadable) else record["custom_id"]
+                    out.write(unrun_line(custom_id, code))
+                    unrun += 1
     if status is BatchStatus.EXPIRED and not unrun:
         status = BatchStatus.COMPLETED  # the window passed after the last record got its line
     output = error = None
@@ -54,7 +61,7 @@ def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatu
         output = ResultFile(file_id=output_file_id(batch.id), blob_key=output_key(batch.id), size=size,
                             filename=f"{batch.id}_output.jsonl")
     if rejections or unrun or any(c.failed for c in chunks):
-        sources = [c.err_key for c in chunks if c.err_key] + [error_tail_key(batch.id)]
+        sources = [c.err_key for c in chunks if c.err_key] + ([error_tail_key(batch.id)] if tail else [])
         size = rt.blobs.compose(error_key(batch.id), sources)
         error = ResultFile(file_id=error_file_id(batch.id), blob_key=error_key(batch.id), size=size,
                            filename=f"{batch.id}_error.jsonl")
@@ -63,10 +70,12 @@ def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatu
     rt.blobs.delete(dispatch_order_key(batch.id))
     rt.results.finalize(batch.id, worker_id, status=status, output=output, error=error, org_id=batch.org_id,
                         unrun=unrun, errors=errors)
+    if ended is not None:
+        ended()
     # Every chunk is in the result files now. The folder also holds any chunk a run wrote but never committed
     # (killed between its blobs and its commit, or refused for a lost lease): nothing names those, so they go too.
     rt.blobs.delete_folder(chunks_folder(batch.id))
-    rt.blobs.delete(error_tail_key(batch.id))
+    rt.blobs.delete(error_tail_key(batch.id))  # also one an earlier finalizing of the batch wrote, then crashed
     for file_key in rt.files.orphaned_batch_blobs(batch):
         rt.blobs.delete(file_key)
 

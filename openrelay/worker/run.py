@@ -22,8 +22,8 @@ from ..engines.base import EngineReply
 from ..failure_threshold import ABORTED_RECORD_CODE, FailureThreshold
 from ..metrics import RUNNING_BATCHES
 from ..runtime import Runtime
-from ..store.results import LeaseLost
-from ..types import Batch, BatchStatus
+from ..store.results import Chunk, LeaseLost
+from ..types import Batch, BatchStatus, Rejection
 from .abort import AbortWatch
 from .chunks import ChunkWriter
 from .dispatch import DispatchQueue, ModelGroups, Pending
@@ -64,7 +64,8 @@ class _RecordFailed(Exception):
 
 class BatchRun:
     def __init__(self, rt: Runtime, worker_id: str, batch: Batch, spec: ModelSpec, gate: EngineGate,
-                 draining: Callable[[], bool] = lambda: False, groups: ModelGroups | None = None) -> None:
+                 draining: Callable[[], bool] = lambda: False, groups: ModelGroups | None = None,
+                 ended: Callable[[], None] | None = None) -> None:
         self.rt = rt
         self.worker_id = worker_id
         self.batch = batch
@@ -75,34 +76,39 @@ class BatchRun:
         self.keeper = LeaseKeeper(rt.batches, rt.settings.worker, batch.id, worker_id)
         self._draining = draining  # the worker is stopping: take no more records, hand the batch back
         self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
+        self._ended = ended  # told (on the finalizing's thread) once the batch's end is committed
+        self._chunks: list[Chunk] = []  # the chunks durable before this run began
         self.writer: ChunkWriter | None = None
         self._writing: asyncio.Task[None] | None = None
+        self._publishing: asyncio.Task[None] | None = None  # from the first record on (``_dispatch``)
         self.abort = AbortWatch(batch.id, FailureThreshold.of(batch.failure_threshold))
 
     # -- the whole run ---------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        chunks = await asyncio.to_thread(self.rt.results.chunks, self.batch.id)
-        rejections = await asyncio.to_thread(read_rejections, self.rt.blobs, self.batch)
+        chunks, rejections = await asyncio.to_thread(self._ran_before)
+        self._chunks = chunks
         skip = {line for c in chunks for line in c.lines} | {r.line for r in rejections}
         self.abort.ran_before(chunks)
         writer = self.writer = ChunkWriter(self.rt, self.batch, self.worker_id,
                                            last_seq=max((c.seq for c in chunks), default=0), model=self.spec.name)
         keeping = asyncio.create_task(self.keeper.run())
         writing = self._writing = asyncio.create_task(writer.run(lambda: self.keeper.lost))
-        publishing = asyncio.create_task(self._publish_limit())
         RUNNING_BATCHES.labels(self.spec.name).inc()
         try:
+            dispatched = False
             try:
                 await self._dispatch(skip)
+                dispatched = True
             finally:
-                writer.close()
+                writer.close(ends_run=dispatched and self.abort.error is None)
                 await writing  # everything finished is durable before the run finalizes or fails
         except LeaseLost:
             self.keeper.lost = True
         finally:
-            for task in (keeping, writing, publishing):
-                task.cancel()
+            for task in (keeping, writing, self._publishing):
+                if task is not None:
+                    task.cancel()
             with contextlib.suppress(BaseException):
                 await writing
             RUNNING_BATCHES.labels(self.spec.name).dec()
@@ -111,13 +117,23 @@ class BatchRun:
             return
         await asyncio.to_thread(self._finalize)
 
-    async def _publish_limit(self) -> None:
+    def _ran_before(self) -> tuple[list[Chunk], list[Rejection]]:
+        """What needs no run: the chunks already durable, and the records the create rejected."""
+        return self.rt.results.chunks(self.batch.id), read_rejections(self.rt.blobs, self.batch)
+
+    async def _mark_running(self, limit: int | None) -> None:
+        """``Batches.mark_running`` while the first record goes out, then the limit kept shown as it changes."""
+        await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id, self.worker_id, limit)
+        self._publishing = asyncio.create_task(self._publish_limit(limit))
+
+    async def _publish_limit(self, shown: int | None) -> None:
         """Keep the batch's row showing the concurrency it runs at (the progress object's
         ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
-        open replicas allow now, shared by its running batches in this process. Written when it changes, at most
-        once a second; a failed write is tried at the next change."""
-        shown: int | None = None
+        open replicas allow now, shared by its running batches in this process. ``shown``: what the row shows
+        already (``mark_running`` wrote it). Written when it changes, at most once a second; a failed write is
+        tried at the next change."""
         while True:
+            await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
             limit = self._concurrency_now()
             if limit != shown:
                 try:
@@ -126,23 +142,27 @@ class BatchRun:
                     shown = limit
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
-            await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
 
     def _concurrency_now(self) -> int:
         return self.gate.limit if self.spec.adaptive else self.spec.concurrency
 
     def _finalize(self) -> None:
-        """The terminal status, from the store's counts after the last write."""
-        current = self.rt.batches.by_id(self.batch.id)
+        """The terminal status, from the store's counts after the last write. The chunks the finalizing composes
+        are those read when the run began and those it committed since: no other run commits one while this one
+        holds the lease (``Results.commit_chunk`` is fenced by it)."""
+        assert self.writer is not None
+        current = self.writer.ended  # the run's last chunk ended it; else (no chunk since it closed) it ends here
+        if current is None:
+            current = self.rt.batches.end_run(self.batch.id, self.worker_id, may_complete=self.abort.error is None)
         unrun = current.total - current.completed - current.failed
+        finalize = functools.partial(finalize_batch, self.rt, self.worker_id, self.batch,
+                                     chunks=self._chunks + self.writer.committed, ended=self._ended)
         if current.status is BatchStatus.CANCELLING:
             status = BatchStatus.CANCELLED
         elif self.abort.error is not None:
-            finalize_batch(self.rt, self.worker_id, self.batch, BatchStatus.FAILED, [self.abort.error],
-                           unrun_code=ABORTED_RECORD_CODE)
+            finalize(BatchStatus.FAILED, [self.abort.error], unrun_code=ABORTED_RECORD_CODE)
             return
-        elif unrun == 0:
-            self.rt.batches.mark_finalizing(self.batch.id, self.worker_id)
+        elif unrun == 0:  # ``end_run`` moved it to finalizing
             status = BatchStatus.COMPLETED
         elif self.batch.past_window():
             status = BatchStatus.EXPIRED
@@ -151,7 +171,7 @@ class BatchRun:
             return  # the worker hands the lease back
         else:
             raise RunIncomplete(f"the run ended with {unrun} records unrun")
-        finalize_batch(self.rt, self.worker_id, self.batch, status)
+        finalize(status)
 
     def _stop_reason(self) -> StopReason | None:
         if self.keeper.lost or (self._writing is not None and self._writing.done()):
@@ -178,9 +198,12 @@ class BatchRun:
             first = await queue.take()
             if first is None:
                 return
-            await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id)
             try:
                 async with asyncio.TaskGroup() as lanes:
+                    # The batch is marked running as its first record goes out, not before: the write is not on
+                    # the way of a small batch's only record. Its failure stops the run (the records in flight are
+                    # run again), as a failed write of results does.
+                    lanes.create_task(self._mark_running(self._concurrency_now()))
                     lanes.create_task(self._lane(queue, first))
                     for _ in range(self.spec.concurrency - 1):
                         lanes.create_task(self._lane(queue))

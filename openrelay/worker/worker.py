@@ -7,11 +7,13 @@ other machines) can run against one database and blob store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
 import secrets
 import time
+from collections.abc import Callable
 
 from ..backoff import Backoff
 from ..catalog import ModelSpec
@@ -84,13 +86,12 @@ class Worker:
             self._wake.clear()
 
     async def tick(self) -> None:
-        await asyncio.to_thread(self.rt.batches.promote_validated)
-        max_batches = self.rt.settings.worker.max_batches
+        """Claim until the store has nothing for this worker (a claim also queues the batches validated since the
+        last one: ``Batches.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
-            runs = max_batches is None or len(self._runs) < max_batches
             batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
-                                            self.rt.settings.worker.lease_seconds, frozenset(self._active), runs=runs,
-                                            start_models=self._models_within_share())
+                                            self.rt.settings.worker.lease_seconds, frozenset(self._active),
+                                            runs=self._may_run_more(), start_models=self._models_within_share())
             if batch is None:
                 return
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
@@ -99,11 +100,35 @@ class Worker:
             if batch.status is BatchStatus.IN_PROGRESS:
                 self._runs[batch.id] = batch.model
             task.add_done_callback(lambda _t, bid=batch.id: self._done(bid))
+            if batch.from_queue and not (self._may_run_more() and self._models_within_share()):
+                # No batch to end was waiting (the claim looks for those first), and this worker may start no
+                # other: one more claim would find nothing. A batch to end that appears meanwhile waits a tick.
+                return
+
+    def _may_run_more(self) -> bool:
+        max_batches = self.rt.settings.worker.max_batches
+        return max_batches is None or len(self._runs) < max_batches
 
     def _done(self, batch_id: str) -> None:
+        was_full = len(self._active) >= self.capacity
         self._active.pop(batch_id, None)
+        if batch_id in self._runs or was_full:  # not already told by its end's commit (``_ended``)
+            self._ended(batch_id)
+
+    def _ended(self, batch_id: str) -> None:
+        """The batch's end is committed (its slot is free in the store) or its task is done: the next queued batch
+        need not wait a tick, nor the deletes of the blobs it no longer needs."""
         self._runs.pop(batch_id, None)
-        self._wake.set()  # its slot (or its room in ``capacity``) is free: the next queued batch need not wait a tick
+        self._wake.set()
+
+    def _ended_from_thread(self, batch_id: str) -> Callable[[], None]:
+        """``_ended`` for a finalizing on another thread to call; a no-op once the loop has closed."""
+        loop = asyncio.get_running_loop()
+
+        def ended() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing is left to claim for
+                loop.call_soon_threadsafe(self._ended, batch_id)
+        return ended
 
     def _models_within_share(self) -> list[str]:
         """The models this worker runs fewer batches of than its share of their slots (``worker/share.py``)."""
@@ -143,23 +168,25 @@ class Worker:
         """End the batch where its status or the catalog says it ends (cancelling, finalizing, model gone, past
         its window); otherwise run its records, on the model's gate (its limiters starting from the store's)."""
         spec = self.rt.catalog.models.get(batch.model)
+        ended = self._ended_from_thread(batch.id)
         if batch.status is BatchStatus.CANCELLING:
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED, ended=ended)
         elif batch.status is BatchStatus.FINALIZING:
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED, ended=ended)
         elif spec is None:
             errors = [{"code": "model_unavailable", "message": f'model "{batch.model}" is no longer offered',
                        "param": None, "line": None}]
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors,
+                                    ended=ended)
         elif batch.past_window():
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED)
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED, ended=ended)
         else:
             learnt = None
             if spec.adaptive and batch.model not in self._gates:
                 learnt = await asyncio.to_thread(self.rt.limits.learnt, batch.model)
             gate = self.gate(batch.model, learnt)
             await BatchRun(self.rt, self.worker_id, batch, spec, gate, draining=lambda: self.draining,
-                           groups=self._groups[batch.model]).run()
+                           groups=self._groups[batch.model], ended=ended).run()
 
     @property
     def stopping(self) -> asyncio.Event:
