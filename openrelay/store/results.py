@@ -20,6 +20,7 @@ from ..ids import now
 from ..types import BatchStatus
 from .budgets import release, settle
 from .db import Database
+from .ended_counts import count_ended
 from .files import insert_file
 from .schema import batch_chunks, batches
 from .throughput import add_flush
@@ -159,6 +160,7 @@ class Results:
                             .values(**values))
         if done.rowcount == 0:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+        count_ended(conn, [batch_id], sign=1)  # the summary's counters, with the status (store/ended_counts.py)
         # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
                             stamp=stamp, errors=errors)
