@@ -19,8 +19,7 @@ from openrelay.store.db import Database
 from openrelay.store.retention import Retention
 from openrelay.store.schema import batches
 from openrelay.types import Batch, BatchStatus
-from tests.conftest import BACKEND
-from tests.support.server import create_pg_database, drop_pg_database
+from tests.support.store_rows import fresh_database
 
 METADATA = [{"job": "needle-41", "note": "100% done"}, {"job": "a_b"}, {"job": "aXb", "n": "1000 left"},
             {"path": "x/y"}, {"q": 'quo"te'}, {"p": "back\\slash"}, {"name": "Café Olé"}, None,
@@ -31,15 +30,8 @@ NEEDLES = ["NEEDLE", "dle-4", "ab", "a", "b", '"job":"a', "100%", "a_b", "x/y", 
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'text.db'}"
-    database = Database(url)
-    try:
-        database.migrate()
+    with fresh_database(tmp_path) as database:
         yield database
-    finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)
 
 
 def _create(db: Database, org_id: str, key_id: str, n: int, metadata: dict[str, str] | None) -> Batch:

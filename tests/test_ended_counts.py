@@ -25,8 +25,7 @@ from openrelay.store.results import Chunk, Results
 from openrelay.store.retention import Retention
 from openrelay.store.schema import batch_tags, batches, ended_batch_counts
 from openrelay.types import DAY_SECONDS, SHOWN_QUEUED, SHOWN_RUNNING, Batch, BatchStatus, shown_status
-from tests.conftest import BACKEND
-from tests.support.server import create_pg_database, drop_pg_database
+from tests.support.store_rows import fresh_database
 
 WORKER = "w-test"
 _n = count()
@@ -34,15 +33,8 @@ _n = count()
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'counts.db'}"
-    database = Database(url)
-    try:
-        database.migrate()
+    with fresh_database(tmp_path) as database:
         yield database
-    finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)
 
 
 def _create(db: Database, org_id: str, key_id: str, *, model: str = "m/a", priority: str = "standard",

@@ -15,8 +15,7 @@ from openrelay.store.batch_search import BatchQuery, search, summarize
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
 from openrelay.types import CANCELLABLE, SHOWN_QUEUED, SHOWN_RUNNING, BatchStatus
-from tests.conftest import BACKEND
-from tests.support.server import create_pg_database, drop_pg_database
+from tests.support.store_rows import fresh_database
 
 # (id, status, in_progress_at): every status once, in_progress both waiting and started.
 ROWS = [("b-validating", "validating", None), ("b-queued", "in_progress", None), ("b-running", "in_progress", 5),
@@ -26,10 +25,7 @@ ROWS = [("b-validating", "validating", None), ("b-queued", "in_progress", None),
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'status.db'}"
-    database = Database(url)
-    try:
-        database.migrate(upto=19)
+    with fresh_database(tmp_path, upto=19) as database:
         with database.write() as conn:
             conn.exec_driver_sql("INSERT INTO organizations (id, name, created_at) VALUES ('o1', 'o1', 0)")
             conn.exec_driver_sql("INSERT INTO api_keys (id, org_id, key_hash, prefix, scopes, created_at) "
@@ -43,10 +39,6 @@ def db(tmp_path) -> Iterator[Database]:
                     {"id": batch_id, "status": status, "ns": n, "started": in_progress_at})
         database.migrate()
         yield database
-    finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)
 
 
 def _found(db: Database, status: str) -> list[str]:

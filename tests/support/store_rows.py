@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import obstore
 import sqlalchemy as sa
 
-from openrelay.store.db import normalize_url
+from openrelay.store.db import Database, normalize_url
 from openrelay.store.schema import metadata
+from tests.support.server import create_pg_database, drop_pg_database
 
-__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where"]
+BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")  # as tests/conftest.py reads it
+
+__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "fresh_database"]
 
 
 # State kept as long as its organization, bounded by organizations x models, not by the batches run: each
@@ -61,3 +65,18 @@ def local_blobs(folder: Path) -> dict[str, int]:
 def s3_blobs(store: Any, prefix: str) -> dict[str, int]:
     """Every object under ``prefix`` of an obstore S3 store: key -> bytes."""
     return {meta["path"]: meta["size"] for batch in obstore.list(store, prefix=prefix) for meta in batch}
+
+
+@contextlib.contextmanager
+def fresh_database(tmp_path: Path, *, upto: int | None = None) -> Iterator[Database]:
+    """A new store of the suite's backend (a SQLite file under ``tmp_path``, or a PostgreSQL database dropped
+    after), migrated (up to version ``upto``)."""
+    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'store.db'}"
+    database = Database(url)
+    try:
+        database.migrate(upto=upto)
+        yield database
+    finally:
+        database.dispose()
+        if BACKEND == "postgres":
+            drop_pg_database(url)
