@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from openrelay.store.accounts import Accounts
-from openrelay.store.batch_search import BatchQuery, search, summarize
+from openrelay.store.batch_search import BatchQuery, _filtered, search, summarize
 from openrelay.store.batch_text import text_condition
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
@@ -95,6 +95,12 @@ def test_a_search_of_three_characters_or_more_reads_the_text_index(db: Database)
             short = str(sa.select(batches.c.id).where(text_condition("ne", is_sqlite=True))
                         .compile(db.engine, compile_kwargs={"literal_binds": True}))
             assert "batch_text" not in short  # under a trigram: the scan alone
+            # A page starts from the matches, not from the organization's every batch (batch_text.fts_leads).
+            source, conditions, _order = _filtered("o", BatchQuery(text="needle"), is_sqlite=True)
+            page = str(sa.select(batches.c.id).select_from(source).where(*conditions).order_by(
+                batches.c.created_ns.desc()).limit(26).compile(db.engine, compile_kwargs={"literal_binds": True}))
+            plan = " ".join(row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + page))
+            assert "INTEGER PRIMARY KEY (rowid=?)" in plan and "ix_batches_org" not in plan, plan
         else:
             conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # an empty table: the planner would scan it
             plan = " ".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))

@@ -28,7 +28,7 @@ from ..types import (
     shown_status,
 )
 from .batch_rows import batch_from_row
-from .batch_text import text_condition
+from .batch_text import fts_leads, text_condition
 from .db import Database, holds_nul
 from .ended_counts import EVERY_BATCH, ended_totals
 from .schema import batch_tags, batches
@@ -91,7 +91,10 @@ def _filtered(org_id: str, query: BatchQuery, *, is_sqlite: bool) -> tuple[
     if query.tags:
         source, found, order = tagged(org_id, query.tags)
     else:
-        source, found, order = batches, [batches.c.org_id == org_id], (batches.c.created_ns, batches.c.id)
+        mine = batches.c.org_id
+        if query.text and fts_leads(query.text, is_sqlite=is_sqlite):
+            mine = mine.concat("")  # the text index's matches lead (batch_text.fts_leads)
+        source, found, order = batches, [mine == org_id], (batches.c.created_ns, batches.c.id)
     found += _status_conditions(query.status)
     if query.model:
         found.append(batches.c.model == query.model)

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from .schema import batches
 
-__all__ = ["text_condition", "create_text_index", "MIN_INDEXED_CHARACTERS"]
+__all__ = ["text_condition", "create_text_index", "fts_leads", "MIN_INDEXED_CHARACTERS"]
 
 MIN_INDEXED_CHARACTERS = 3  # a trigram
 _FTS = sa.table("batch_text", sa.column("rowid"))
@@ -63,12 +63,20 @@ def _json_spelling(text: str) -> str:
     return orjson.dumps(text).decode()[1:-1]
 
 
+def fts_leads(text: str, *, is_sqlite: bool) -> bool:
+    """Whether a search for ``text`` reads SQLite's FTS5 index. Its matches should then be where the query
+    starts: without statistics SQLite's planner would rather walk the organization's index (every batch of it)
+    and look each one up in the matches, so the caller hides the organization's column from it
+    (``org_id || ''``), and the organization is checked on each match instead."""
+    return is_sqlite and len(_json_spelling(text)) >= MIN_INDEXED_CHARACTERS
+
+
 def text_condition(text: str, *, is_sqlite: bool) -> sa.ColumnElement[bool]:
     """Batches whose id or metadata holds ``text``, any case."""
     spelled = _json_spelling(text)
     scan = sa.or_(sa.func.lower(batches.c.id).like(_like_literal(text.lower()), escape="/"),
                   sa.func.lower(batches.c.metadata).like(_like_literal(spelled.lower()), escape="/"))
-    if not is_sqlite or len(spelled) < MIN_INDEXED_CHARACTERS:
+    if not fts_leads(text, is_sqlite=is_sqlite):
         return scan  # PostgreSQL's planner picks the trigram indexes for the LIKE itself
     # An id holds no character JSON escapes, so the metadata's spelling finds the ids that hold the text too.
     phrase = '"' + spelled.replace('"', '""') + '"'
