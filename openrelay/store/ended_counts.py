@@ -58,10 +58,11 @@ def count_ended(conn: Connection, batch_ids: Sequence[str], *, sign: int) -> Non
                                      [0, 0, 0, 0])
             for i, value in enumerate((1, r.input_tokens, r.output_tokens, r.cost_nano_usd)):
                 sums[i] += int(value)
+    ordered = dict(sorted(deltas.items()))  # every transaction locks counter rows in one order: no deadlock
     if sign > 0:
-        _add(conn, deltas)
+        _add(conn, ordered)
     else:
-        _take_off(conn, deltas)
+        _take_off(conn, ordered)
 
 
 def _add(conn: Connection, deltas: dict[tuple[Any, ...], list[int]]) -> None:
