@@ -11,8 +11,10 @@ finalizes share are never in the hot path of a running batch. A retry makes a ne
 retries ended (service/retry.py).
 
 Each row is one organization, tag ('' for every batch, else the batches carrying that tag), terminal status,
-model, priority and UTC day of creation. The batches not yet ended are the summary's other half, aggregated
-directly (store/batch_search.py).
+model, priority and UTC day of creation, and each batch is counted twice: in the row of its day and in the row of
+every day (``ALL_DAYS``). A summary without a created range reads the latter, at most statuses x models x
+priorities rows however old the store; one with a range reads the days of the range. The batches not yet ended
+are the summary's other half, aggregated directly (store/batch_search.py).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from sqlalchemy.engine import Connection
 from ..types import DAY_SECONDS, TERMINAL_VALUES
 from .schema import batch_tags, batches, ended_batch_counts
 
-__all__ = ["count_ended", "ended_totals", "EVERY_BATCH"]
+__all__ = ["count_ended", "ended_totals", "EVERY_BATCH", "ALL_DAYS"]
 
 EVERY_BATCH = ""  # the tag of the rows that count every batch
+ALL_DAYS = -1  # the created_day of the rows that count every day
 _KEY = ("org_id", "tag", "status", "model", "priority", "created_day")
 _SUMS = ("batches", "input_tokens", "output_tokens", "cost_nano_usd")
 _c = ended_batch_counts.c
@@ -54,10 +57,10 @@ def count_ended(conn: Connection, batch_ids: Sequence[str], *, sign: int) -> Non
     deltas: dict[tuple[Any, ...], list[int]] = {}
     for r in rows:
         for tag in (EVERY_BATCH, *tags[r.id]):
-            sums = deltas.setdefault((r.org_id, tag, r.status, r.model, r.priority, r.created_at // DAY_SECONDS),
-                                     [0, 0, 0, 0])
-            for i, value in enumerate((1, r.input_tokens, r.output_tokens, r.cost_nano_usd)):
-                sums[i] += int(value)
+            for day in (r.created_at // DAY_SECONDS, ALL_DAYS):
+                sums = deltas.setdefault((r.org_id, tag, r.status, r.model, r.priority, day), [0, 0, 0, 0])
+                for i, value in enumerate((1, r.input_tokens, r.output_tokens, r.cost_nano_usd)):
+                    sums[i] += int(value)
     ordered = dict(sorted(deltas.items()))  # every transaction locks counter rows in one order: no deadlock
     if sign > 0:
         _add(conn, ordered)
@@ -89,17 +92,19 @@ def ended_totals(conn: Connection, org_id: str, *, tag: str = EVERY_BATCH, statu
                  to_day: int | None = None) -> list[tuple[str, int, int, int, int]]:
     """Per terminal status in ``statuses``: (status, batches, input tokens, output tokens, cost) of the
     organization's ended batches under these filters (days: ``from_day`` <= created day < ``to_day``). Reads the
-    organization's rows of one tag: at most statuses x models x priorities x days of its batches, however many
-    batches that is."""
+    organization's rows of one tag: at most statuses x models x priorities (x the days of the range, if one is
+    given), however many batches that is."""
     conditions = [_c.org_id == org_id, _c.tag == tag, _c.status.in_(list(statuses))]
     if model is not None:
         conditions.append(_c.model == model)
     if priority is not None:
         conditions.append(_c.priority == priority)
-    if from_day is not None:
-        conditions.append(_c.created_day >= from_day)
-    if to_day is not None:
-        conditions.append(_c.created_day < to_day)
+    if from_day is None and to_day is None:
+        conditions.append(_c.created_day == ALL_DAYS)
+    else:
+        conditions.append(_c.created_day >= max(from_day or 0, 0))
+        if to_day is not None:
+            conditions.append(_c.created_day < to_day)
     query = (sa.select(_c.status, sa.func.sum(_c.batches), sa.func.sum(_c.input_tokens),
                        sa.func.sum(_c.output_tokens), sa.func.sum(_c.cost_nano_usd))
              .where(*conditions).group_by(_c.status))

@@ -352,7 +352,8 @@ workers = Table(
 
 # Counters of ENDED batches (store/ended_counts.py, migration 0020): what the dashboard's summary reads instead of
 # an aggregate over every batch. Added in the transaction that ends a batch, taken off in the one that prunes it;
-# ``tag`` '' counts every batch, a tag's rows the batches carrying it. ``created_day``: created_at // 86400 (UTC).
+# ``tag`` '' counts every batch, a tag's rows the batches carrying it. ``created_day``: created_at // 86400 (UTC);
+# -1 counts every day (each batch is in both).
 # SQLite also has ``batch_text``, the FTS5 index of q (store/batch_text.py): a virtual table, not declared here.
 ended_batch_counts = Table(
     "ended_batch_counts",

@@ -14,9 +14,8 @@ import sqlalchemy as sa
 
 from openrelay.store.db import Database, normalize_url
 from openrelay.store.schema import metadata
+from tests.conftest import BACKEND
 from tests.support.server import create_pg_database, drop_pg_database
-
-BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")  # as tests/conftest.py reads it
 
 __all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "fresh_database"]
 
