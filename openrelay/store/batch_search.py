@@ -28,7 +28,7 @@ from ..types import (
     shown_status,
 )
 from .batch_rows import batch_from_row
-from .batch_text import fts_leads, text_condition
+from .batch_text import fts_leads, plan_for_the_text, text_condition
 from .db import Database, holds_nul
 from .ended_counts import EVERY_BATCH, ended_totals
 from .schema import batch_tags, batches
@@ -121,6 +121,8 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
     source, conditions, order = _filtered(org_id, query, is_sqlite=db.is_sqlite)
     select = sa.select(batches).select_from(source).where(*conditions)
     with db.read() as conn:
+        if query.text:
+            plan_for_the_text(conn)
         if after:
             anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
                 batches.c.id == after, batches.c.org_id == org_id)).first()
@@ -151,6 +153,8 @@ def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
             if query.status not in TERMINAL_VALUES:
                 rows += _aggregate(conn, *_live(org_id, query))
         else:
+            if query.text:
+                plan_for_the_text(conn)
             source, conditions, _order = _filtered(org_id, query, is_sqlite=db.is_sqlite)
             rows = _aggregate(conn, source, conditions)
     for shown, count, input_tokens, output_tokens, cost in rows:

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from .schema import batches
 
-__all__ = ["text_condition", "create_text_index", "fts_leads", "MIN_INDEXED_CHARACTERS"]
+__all__ = ["text_condition", "create_text_index", "fts_leads", "plan_for_the_text", "MIN_INDEXED_CHARACTERS"]
 
 MIN_INDEXED_CHARACTERS = 3  # a trigram
 _FTS = sa.table("batch_text", sa.column("rowid"))
@@ -69,6 +69,15 @@ def fts_leads(text: str, *, is_sqlite: bool) -> bool:
     and look each one up in the matches, so the caller hides the organization's column from it
     (``org_id || ''``), and the organization is checked on each match instead."""
     return is_sqlite and len(_json_spelling(text)) >= MIN_INDEXED_CHARACTERS
+
+
+def plan_for_the_text(conn: Connection) -> None:
+    """PostgreSQL: plan this transaction's statements for their actual parameters. The driver prepares a statement
+    run a few times, and the server then plans it once for any parameters: a plan that cannot know the text is
+    rare, so it intersects the trigram matches with the organization's every batch (95 ms at 100,000 batches,
+    against 0.5 ms when planned for the text)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
 
 
 def text_condition(text: str, *, is_sqlite: bool) -> sa.ColumnElement[bool]:
