@@ -10,8 +10,9 @@ create writes them) with ``--batches`` batches for one organization and ``--nois
 realistic metadata (a job name, an owner, 0 to 4 tags drawn from 40 with a skew, a fifth of batches without
 tags), five models with a skew, and statuses spread as a busy organization's are (most completed; some failed,
 cancelled, expired; a few hundred queued and running). Statuses and times are set by SQL after the creates: no
-worker runs. On PostgreSQL the tables are ANALYZEd after the fill (autovacuum would do it); SQLite is left as a
-real store is, without ANALYZE.
+worker runs; the ended ones are then counted for the summary (``ended_counts.count_ended``) as a terminal
+transaction counts them. On PostgreSQL the tables are ANALYZEd after the fill (autovacuum would do it); SQLite is
+left as a real store is, without ANALYZE.
 
 Then, per case, ``--requests`` timings of:
 - ``api``: ``service.batches.list_batches_plan`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
@@ -48,8 +49,9 @@ from openrelay.service import batches as batch_service  # noqa: E402
 from openrelay.service import dashboard  # noqa: E402
 from openrelay.store.batches import _list_query  # noqa: E402
 from openrelay.store.compiled import run_plan  # noqa: E402
+from openrelay.store.ended_counts import count_ended  # noqa: E402
 from openrelay.store.schema import batches  # noqa: E402
-from openrelay.types import ApiKey, Batch, BatchStatus  # noqa: E402
+from openrelay.types import TERMINAL_VALUES, ApiKey, Batch, BatchStatus  # noqa: E402
 from tests.support.server import Server, create_pg_database, drop_pg_database, free_port  # noqa: E402
 
 CATALOG = """
@@ -111,6 +113,10 @@ def fill(rt: Runtime, org_id: str, key_id: str, count: int, rng: random.Random, 
             status=sa.bindparam("status"), in_progress_at=sa.bindparam("in_progress_at"),
             input_tokens=sa.bindparam("input_tokens"), output_tokens=sa.bindparam("output_tokens"),
             cost_nano_usd=sa.bindparam("cost_nano_usd")), updates)
+        # As the terminal transactions do: the ended ones join the summary's counters (store/ended_counts.py).
+        ended = [u["b_id"] for u in updates if u["status"] in TERMINAL_VALUES]
+        for start in range(0, len(ended), 500):
+            count_ended(conn, ended[start:start + 500], sign=1)
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -30,7 +30,11 @@ __all__ = [
     "Rejection",
     "TAGS_KEY",
     "tag_list",
+    "DAY_SECONDS",
+    "LIVE_VALUES",
 ]
+
+DAY_SECONDS = 86_400  # a UTC day: the retention's unit, and the summary counters' created day
 
 
 TAGS_KEY = "tags"  # the reserved metadata key: a comma-separated list the dashboard draws as chips and filters on
@@ -61,6 +65,7 @@ RECORDS_MAY_LAND = frozenset({BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING})
 # The same as the strings the store and the API hold, in a fixed order (for SQL).
 TERMINAL_VALUES = tuple(sorted(s.value for s in TERMINAL))
 CLAIMABLE_VALUES = tuple(sorted(s.value for s in CLAIMABLE))
+LIVE_VALUES = tuple(sorted(s.value for s in BatchStatus if s not in TERMINAL))  # not ended yet
 RECORDS_MAY_LAND_VALUES = tuple(sorted(s.value for s in RECORDS_MAY_LAND))
 # What a cancel moves to cancelling; a cancelling batch is on its way there already, an ended one answers 409.
 CANCELLABLE = frozenset({BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING})

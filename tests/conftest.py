@@ -3,7 +3,7 @@
 The backend comes from ``OPENRELAY_TEST_DB`` (``sqlite``, the default, or ``postgres``); scripts/test.sh runs the
 suite once on each. A test that cannot tell the two apart runs on SQLite only: the PostgreSQL pass deselects every
 test that neither uses a server fixture (``server``, ``make_server``, ``module_server``) nor sits in a module that
-picks its store from it (one that imports ``BACKEND`` or ``Servers``).
+picks its store from it (one that imports ``BACKEND``, ``Servers`` or ``fresh_database``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ pytest_plugins = ["tests.support.browser", "tests.support.webhook_fixtures"]
 
 
 STORE_FIXTURES = frozenset({"server", "make_server", "module_server", "hook_server"})  # hook_server: webhooks
-STORE_PICKERS = ("BACKEND", "Servers")  # a module holding one of these picks its store by OPENRELAY_TEST_DB
+# A module holding one of these picks its store by OPENRELAY_TEST_DB (fresh_database: tests/support/store_rows.py).
+STORE_PICKERS = ("BACKEND", "Servers", "fresh_database")
 
 
 def pytest_report_header() -> str:

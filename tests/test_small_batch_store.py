@@ -15,12 +15,12 @@ from openrelay.store.db import Database
 from openrelay.store.results import Chunk, LeaseLost, Results
 from openrelay.types import Batch, BatchStatus
 from tests.conftest import BACKEND  # noqa: F401 - picks its store by OPENRELAY_TEST_DB (tests/conftest.py)
-from tests.support.store_db import fresh_database
+from tests.support.store_rows import fresh_database
 
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    with fresh_database(tmp_path, "s.db") as database:
+    with fresh_database(tmp_path) as database:
         yield database
 
 

@@ -1,6 +1,7 @@
 """The status vocabulary of types.py as the store applies it: the dashboard's queued/running filters and summary
 (store/batch_search.py) and which statuses a cancel moves (store/batches.py). On both stores, rows written
-directly so that every status is there at once."""
+directly so that every status is there at once: before migration 0020, whose backfill counts the ended ones for
+the summary (store/ended_counts.py), as it does for a store made before it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from openrelay.store.batch_search import BatchQuery, search, summarize
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
 from openrelay.types import CANCELLABLE, SHOWN_QUEUED, SHOWN_RUNNING, BatchStatus
-from tests.conftest import BACKEND
-from tests.support.server import create_pg_database, drop_pg_database
+from tests.support.store_rows import fresh_database
 
 # (id, status, in_progress_at): every status once, in_progress both waiting and started.
 ROWS = [("b-validating", "validating", None), ("b-queued", "in_progress", None), ("b-running", "in_progress", 5),
@@ -25,10 +25,7 @@ ROWS = [("b-validating", "validating", None), ("b-queued", "in_progress", None),
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'status.db'}"
-    database = Database(url)
-    try:
-        database.migrate()
+    with fresh_database(tmp_path, upto=19) as database:
         with database.write() as conn:
             conn.exec_driver_sql("INSERT INTO organizations (id, name, created_at) VALUES ('o1', 'o1', 0)")
             conn.exec_driver_sql("INSERT INTO api_keys (id, org_id, key_hash, prefix, scopes, created_at) "
@@ -40,11 +37,8 @@ def db(tmp_path) -> Iterator[Database]:
                     "in_progress_at) VALUES (:id, 'o1', 'k1', '/v1/chat/completions', 'f', 'b', '24h', "
                     "'standard', :status, 'm', 0, :ns, 4000000000, 1, :started)"),
                     {"id": batch_id, "status": status, "ns": n, "started": in_progress_at})
+        database.migrate()
         yield database
-    finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)
 
 
 def _found(db: Database, status: str) -> list[str]:

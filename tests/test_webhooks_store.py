@@ -23,12 +23,12 @@ from openrelay.store.webhooks import WebhookStore
 from openrelay.types import Batch, BatchStatus
 from tests.conftest import BACKEND
 from tests.support.server import create_pg_database, drop_pg_database
-from tests.support.store_db import fresh_database
+from tests.support.store_rows import fresh_database
 
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    with fresh_database(tmp_path, "w.db") as database:
+    with fresh_database(tmp_path) as database:
         yield database
 
 

@@ -3,8 +3,9 @@
 Kept apart from ``batches.py`` (the API's list) and ``leases.py`` (the workers' claims): the dashboard filters on
 more than the API does (several tags, queued apart from running, priority, a created range, text over id and
 metadata), and summarises what it filters. Every condition is SQL; tags are rows of ``batch_tags``
-(store/tags.py), so a page and a summary under tag filters read the first tag's index range instead of every
-batch's metadata text.
+(store/tags.py), so a page under tag filters reads the first tag's index range instead of every batch's metadata
+text; text is found through the text index (store/batch_text.py). The summary reads the counters of ended batches
+(store/ended_counts.py) where they answer the filters, so neither grows with the batches a store keeps.
 """
 
 from __future__ import annotations
@@ -12,14 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from ..errors import no_such
-from ..types import SHOWN_QUEUED, SHOWN_RUNNING, Batch, BatchStatus, shown_status
+from ..types import (
+    DAY_SECONDS,
+    LIVE_VALUES,
+    SHOWN_QUEUED,
+    SHOWN_RUNNING,
+    TERMINAL_VALUES,
+    Batch,
+    BatchStatus,
+    shown_status,
+)
 from .batch_rows import batch_from_row
+from .batch_text import fts_leads, plan_for_the_text, text_condition
 from .db import Database, holds_nul
-from .schema import batches
+from .ended_counts import EVERY_BATCH, ended_totals
+from .schema import batch_tags, batches
 from .tags import tagged
 
 __all__ = ["BatchQuery", "Summary", "search", "summarize"]
@@ -47,43 +59,50 @@ class Summary:
     cost_nano_usd: int = 0
 
 
-def _like_literal(text: str) -> str:
-    return "%" + text.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+def _status_conditions(status: str | None) -> list[sa.ColumnElement[bool]]:
+    if status == SHOWN_QUEUED:
+        return [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_(None)]
+    if status == SHOWN_RUNNING:
+        return [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_not(None)]
+    return [batches.c.status == status] if status else []
 
 
-def _json_spelling(text: str) -> str:
-    """``text`` as it is spelled inside the stored JSON text of the metadata (quotes, backslashes escaped)."""
-    return orjson.dumps(text).decode()[1:-1]
+def _created_conditions(query: BatchQuery) -> list[sa.ColumnElement[bool]]:
+    """The created range on ``created_at``, and the same range, a minute wider, on ``created_ns`` (taken a moment
+    apart from it), so that a page walks its index from the range's end instead of from the newest batch."""
+    found: list[sa.ColumnElement[bool]] = []
+    if query.created_from is not None:
+        found += [batches.c.created_at >= query.created_from,
+                  batches.c.created_ns >= (query.created_from - _NS_SLACK) * 1_000_000_000]
+    if query.created_to is not None:
+        found += [batches.c.created_at < query.created_to,
+                  batches.c.created_ns < (query.created_to + _NS_SLACK) * 1_000_000_000]
+    return found
 
 
-def _filtered(org_id: str, query: BatchQuery) -> tuple[sa.FromClause, list[sa.ColumnElement[bool]],
-                                                     tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]]:
+_NS_SLACK = 60
+
+
+def _filtered(org_id: str, query: BatchQuery, *, is_sqlite: bool) -> tuple[
+        sa.FromClause, list[sa.ColumnElement[bool]], tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]]:
     """What to select from, the conditions, and the (created_ns, id) pair to order and page by: the
     organization's batches (walked by the index of the status or model filter where there is one), or, under
     tag filters, the batches carrying every tag (``tags.tagged``)."""
     if query.tags:
         source, found, order = tagged(org_id, query.tags)
     else:
-        source, found, order = batches, [batches.c.org_id == org_id], (batches.c.created_ns, batches.c.id)
-    if query.status == SHOWN_QUEUED:
-        found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_(None)]
-    elif query.status == SHOWN_RUNNING:
-        found += [batches.c.status == BatchStatus.IN_PROGRESS.value, batches.c.in_progress_at.is_not(None)]
-    elif query.status:
-        found.append(batches.c.status == query.status)
+        mine = batches.c.org_id
+        if query.text and fts_leads(query.text, is_sqlite=is_sqlite):
+            mine = mine.concat("")  # the text index's matches lead (batch_text.fts_leads)
+        source, found, order = batches, [mine == org_id], (batches.c.created_ns, batches.c.id)
+    found += _status_conditions(query.status)
     if query.model:
         found.append(batches.c.model == query.model)
     if query.priority:
         found.append(batches.c.priority == query.priority)
     if query.text:
-        pattern = _like_literal(query.text.lower())
-        found.append(sa.or_(sa.func.lower(batches.c.id).like(pattern, escape="/"),
-                            sa.func.lower(batches.c.metadata).like(_like_literal(_json_spelling(query.text)
-                                                                                 .lower()), escape="/")))
-    if query.created_from is not None:
-        found.append(batches.c.created_at >= query.created_from)
-    if query.created_to is not None:
-        found.append(batches.c.created_at < query.created_to)
+        found.append(text_condition(query.text, is_sqlite=is_sqlite))
+    found += _created_conditions(query)
     return source, found, order
 
 
@@ -99,9 +118,11 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
         raise no_such("Batch", after, param="after")
     if _impossible(query):
         return [], False
-    source, conditions, order = _filtered(org_id, query)
+    source, conditions, order = _filtered(org_id, query, is_sqlite=db.is_sqlite)
     select = sa.select(batches).select_from(source).where(*conditions)
     with db.read() as conn:
+        if query.text:
+            plan_for_the_text(conn)
         if after:
             anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
                 batches.c.id == after, batches.c.org_id == org_id)).first()
@@ -114,20 +135,71 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
 
 
 def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
-    """Counts per shown status and the usage of every batch the filters keep (not just one page)."""
+    """Counts per shown status and the usage of every batch the filters keep (not just one page).
+
+    Where the counters can answer (``_counted``): the ended batches from ``ended_batch_counts``
+    (store/ended_counts.py) plus an aggregate of the organization's batches not yet ended, through the index of
+    (org_id, status). Otherwise (text, several tags, a created range not in whole UTC days): an aggregate of the
+    matching batches, found through their index (the first tag's range, the text index). One snapshot for both
+    halves, so a batch that ends meanwhile is counted once."""
     summary = Summary()
     if _impossible(query):
         return summary
+    with db.read() as conn:
+        if not db.is_sqlite:  # each statement would otherwise see its own snapshot
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        if _counted(query):
+            rows = _ended_rows(conn, org_id, query)
+            if query.status not in TERMINAL_VALUES:
+                rows += _aggregate(conn, *_live(org_id, query))
+        else:
+            if query.text:
+                plan_for_the_text(conn)
+            source, conditions, _order = _filtered(org_id, query, is_sqlite=db.is_sqlite)
+            rows = _aggregate(conn, source, conditions)
+    for shown, count, input_tokens, output_tokens, cost in rows:
+        _add(summary, shown, count, input_tokens, output_tokens, cost)
+    return summary
+
+
+def _counted(query: BatchQuery) -> bool:
+    """Whether the counters answer these filters: no text, at most one tag, a created range of whole UTC days
+    (the dashboard's date inputs always are)."""
+    whole_days = all(bound is None or bound % DAY_SECONDS == 0 for bound in (query.created_from, query.created_to))
+    return not query.text and len(query.tags) <= 1 and whole_days
+
+
+def _ended_rows(conn: Connection, org_id: str, query: BatchQuery) -> list[tuple[str, int, int, int, int]]:
+    statuses = TERMINAL_VALUES if query.status is None else [s for s in TERMINAL_VALUES if s == query.status]
+    if not statuses:
+        return []
+    return ended_totals(conn, org_id, tag=query.tags[0] if query.tags else EVERY_BATCH, statuses=statuses,
+                        model=query.model, priority=query.priority,
+                        from_day=None if query.created_from is None else query.created_from // DAY_SECONDS,
+                        to_day=None if query.created_to is None else query.created_to // DAY_SECONDS)
+
+
+def _live(org_id: str, query: BatchQuery) -> tuple[sa.FromClause, list[sa.ColumnElement[bool]]]:
+    """The organization's batches not yet ended under these filters: a range of (org_id, status) per live status,
+    each further filter checked on those rows (a tag by ``batch_tags``' primary key)."""
+    conditions = [batches.c.org_id == org_id, batches.c.status.in_(LIVE_VALUES), *_status_conditions(query.status)]
+    if query.model:
+        conditions.append(batches.c.model == query.model)
+    if query.priority:
+        conditions.append(batches.c.priority == query.priority)
+    for tag in query.tags:
+        conditions.append(sa.exists().where(batch_tags.c.batch_id == batches.c.id, batch_tags.c.tag == tag))
+    return batches, conditions + _created_conditions(query)
+
+
+def _aggregate(conn: Connection, source: sa.FromClause,
+               conditions: list[sa.ColumnElement[bool]]) -> list[tuple[str, int, int, int, int]]:
     running = sa.case((batches.c.in_progress_at.is_(None), 0), else_=1)
-    source, conditions, _order = _filtered(org_id, query)
     select = (sa.select(batches.c.status, running, sa.func.count(), sa.func.sum(batches.c.input_tokens),
                         sa.func.sum(batches.c.output_tokens), sa.func.sum(batches.c.cost_nano_usd))
               .select_from(source).where(*conditions).group_by(batches.c.status, running))
-    with db.read() as conn:
-        for status, started, count, input_tokens, output_tokens, cost in conn.execute(select).all():
-            _add(summary, shown_status(status, 1 if started else None), count, input_tokens or 0,
-                 output_tokens or 0, cost or 0)
-    return summary
+    return [(shown_status(status, 1 if started else None), count, int(i or 0), int(o or 0), int(cost or 0))
+            for status, started, count, i, o, cost in conn.execute(select).all()]
 
 
 def _add(summary: Summary, shown: str, count: int, input_tokens: int, output_tokens: int, cost: int) -> None:

@@ -11,11 +11,12 @@ import sqlalchemy as sa
 
 from ..errors import Conflict, no_such
 from ..ids import now
-from ..types import CANCELLABLE_VALUES, ApiKey, Batch, BatchStatus
+from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
 from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
 from .budgets import reserve
 from .compiled import AllRows, CompiledRead, FirstRow, Plan, run_plan
 from .db import holds_nul
+from .ended_counts import count_ended
 from .files import insert_file
 from .idempotency import Claim, complete_claim
 from .leases import BatchLeases
@@ -145,14 +146,20 @@ class Batches(BatchLeases):
         return batch
 
     def set_metadata(self, org_id: str, batch_id: str, metadata: dict[str, str]) -> Batch:
-        """Replace the whole map; its tags' rows are replaced in the same transaction."""
+        """Replace the whole map; its tags' rows are replaced in the same transaction, and so, for an ended
+        batch, are its tags' counters (store/ended_counts.py)."""
         with self.db.write() as conn:
-            created_ns = conn.execute(
+            changed = conn.execute(
                 batches.update().where(batches.c.id == batch_id, batches.c.org_id == org_id)
                 .values(metadata=orjson.dumps(metadata).decode() if metadata else None)
-                .returning(batches.c.created_ns)).scalar()
-            if created_ns is None:
+                .returning(batches.c.created_ns, batches.c.status)).first()
+            if changed is None:
                 raise no_such("Batch", batch_id, param="batch_id")
-            replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=created_ns, metadata=metadata)
+            ended = changed.status in TERMINAL_VALUES
+            if ended:
+                count_ended(conn, [batch_id], sign=-1)
+            replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=changed.created_ns, metadata=metadata)
+            if ended:
+                count_ended(conn, [batch_id], sign=1)
             announce(conn, org_id=org_id)
         return self.get(org_id, batch_id)

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
+from .batch_text import create_text_index
 from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
 from .notices import Notifier, collect_announced, stop_collecting
 from .tags import backfill_batch_tags
@@ -69,6 +70,7 @@ BACKFILLS: dict[int, Callable[[Connection], None]] = {
     6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
     10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
     15: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
+    20: create_text_index,  # q's index: FTS5 with triggers on SQLite, pg_trgm on PostgreSQL, filled
     21: drop_change_triggers,  # no more: the process that writes notifies after its commit (store/notices.py)
 }
 

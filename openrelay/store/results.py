@@ -22,6 +22,7 @@ from ..ids import now
 from ..types import Batch, BatchStatus
 from .budgets import release, settle
 from .db import Database
+from .ended_counts import count_ended
 from .files import insert_file
 from .leases import end_run
 from .notices import announce
@@ -154,6 +155,7 @@ class Results:
                                            output=output is not None, error=error is not None), params)
         if done.rowcount == 0:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+        count_ended(conn, [batch_id], sign=1)  # the summary's counters, with the status (store/ended_counts.py)
         announce(conn, org_id=org_id)
         # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,

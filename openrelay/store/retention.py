@@ -14,8 +14,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from ..blobs.keys import batch_folder
-from ..types import TERMINAL_VALUES
+from ..types import DAY_SECONDS, TERMINAL_VALUES
 from .db import Database
+from .ended_counts import count_ended
 from .notices import announce
 from .schema import (
     batch_chunks,
@@ -34,7 +35,6 @@ from .schema import (
 
 __all__ = ["Retention", "QueuedBlob", "Pruned", "DAY_SECONDS"]
 
-DAY_SECONDS = 86_400
 _SWEEP = "sweeper"  # the one row of ``sweeps``
 _ENDED = sa.func.coalesce(batches.c.completed_at, batches.c.failed_at, batches.c.expired_at, batches.c.cancelled_at)
 
@@ -153,7 +153,8 @@ class Retention:
                 return Pruned(rows=conn.execute(sa.select(sa.func.count()).where(gone)).scalar_one())
             rows = conn.execute(sa.select(batches.c.id, batches.c.org_id, batches.c.output_file_id,
                                           batches.c.error_file_id, batches.c.rejections_file_id)
-                                .where(gone).limit(limit)).all()
+                                .where(gone).limit(limit)
+                                .with_for_update()).all()  # PostgreSQL: no metadata edit moves their tags now
             if not rows:
                 return Pruned()
             ids = [r.id for r in rows]
@@ -162,6 +163,7 @@ class Retention:
             conn.execute(files.delete().where(files.c.id.in_(file_ids)))
             events = sa.select(webhook_events.c.id).where(webhook_events.c.batch_id.in_(ids))
             _delete_events(conn, events)
+            count_ended(conn, ids, sign=-1)  # off the summary's counters, in the transaction that deletes them
             conn.execute(batch_tags.delete().where(batch_tags.c.batch_id.in_(ids)))
             conn.execute(batch_chunks.delete().where(batch_chunks.c.batch_id.in_(ids)))
             conn.execute(batches.delete().where(batches.c.id.in_(ids)))

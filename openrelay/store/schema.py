@@ -340,3 +340,25 @@ workers = Table(
     Column("last_seen_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
 )
+
+# Counters of ENDED batches (store/ended_counts.py, migration 0020): what the dashboard's summary reads instead of
+# an aggregate over every batch. Added in the transaction that ends a batch, taken off in the one that prunes it;
+# ``tag`` '' counts every batch, a tag's rows the batches carrying it. ``created_day``: created_at // 86400 (UTC);
+# -1 counts every day (each batch is in both).
+# SQLite also has ``batch_text``, the FTS5 index of q (store/batch_text.py): a virtual table, not declared here.
+ended_batch_counts = Table(
+    "ended_batch_counts",
+    metadata,
+    Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
+    Column("tag", String(512), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("priority", String(20), nullable=False),
+    Column("created_day", Integer, nullable=False),
+    Column("batches", BigInteger, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cost_nano_usd", BigInteger, nullable=False),
+    PrimaryKeyConstraint("org_id", "tag", "status", "model", "priority", "created_day"),
+)
+__all__ += ["ended_batch_counts"]

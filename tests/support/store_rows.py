@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import obstore
 import sqlalchemy as sa
 
-from openrelay.store.db import normalize_url
+from openrelay.store.db import Database, normalize_url
 from openrelay.store.schema import metadata
+from tests.conftest import BACKEND
+from tests.support.server import create_pg_database, drop_pg_database
 
-__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "insert_running_batch"]
+__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "insert_running_batch", "fresh_database"]
 
 
 # State kept as long as its organization, bounded by organizations x models, not by the batches run: each
@@ -75,3 +78,18 @@ def insert_running_batch(conn: sa.Connection, *, batch_id: str, org_id: str, key
         "4000000000, 10, 0, 0, 0, 0, 0, 0, true, 0, :owner, :lease)"),
         {"id": batch_id, "org": org_id, "key": key_id, "ns": created_ns, "owner": lease_owner,
          "lease": None if lease_owner is None else 4e9})
+
+
+@contextlib.contextmanager
+def fresh_database(tmp_path: Path, *, upto: int | None = None) -> Iterator[Database]:
+    """A new store of the suite's backend (a SQLite file under ``tmp_path``, or a PostgreSQL database dropped
+    after), migrated (up to version ``upto``)."""
+    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'store.db'}"
+    database = Database(url)
+    try:
+        database.migrate(upto=upto)
+        yield database
+    finally:
+        database.dispose()
+        if BACKEND == "postgres":
+            drop_pg_database(url)
