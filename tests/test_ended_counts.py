@@ -55,7 +55,7 @@ def _run(db: Database, batch_id: str, key_id: str, *, records: int = 2) -> None:
     store.promote_validated()
     claimed = store.claim(WORKER, {"m/a": 100, "m/b": 100}, 60.0)
     assert claimed is not None and claimed.id == batch_id
-    store.mark_running(batch_id)
+    store.mark_running(batch_id, WORKER, None)
     Results(db).commit_chunk(batch_id, WORKER, key_id, Chunk(
         seq=0, out_key=f"o/{batch_id}", err_key=None, lines=list(range(1, records + 1)), completed=records,
         failed=0, input_tokens=100 * records, output_tokens=10 * records, cost_nano_usd=7 * records))
@@ -139,8 +139,8 @@ def test_every_transaction_that_ends_edits_or_prunes_an_ended_batch_keeps_the_su
     _assert_summaries_fresh(db, o)  # cancelling: not ended, counted live
     _end(db, cancelled, o, BatchStatus.CANCELLED)
     while_finalizing = _create(db, o, k, model="m/b")
-    _run(db, while_finalizing, k)
-    Batches(db).mark_finalizing(while_finalizing, WORKER)
+    _run(db, while_finalizing, k, records=4)  # every record has its line: the run's end moves it on
+    assert Batches(db).end_run(while_finalizing, WORKER, may_complete=True).status is BatchStatus.FINALIZING
     Batches(db).request_cancel(o, while_finalizing)
     _end(db, while_finalizing, o, BatchStatus.COMPLETED)  # cancelled while finalizing: written as cancelled
     assert Batches(db).get(o, while_finalizing).status is BatchStatus.CANCELLED
