@@ -20,19 +20,20 @@ from tests.support.server import create_pg_database, drop_pg_database
 __all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "insert_running_batch", "fresh_database"]
 
 
-# State kept as long as its organization, bounded by organizations x models, not by the batches run: each
-# organization's fair-share turn per model (store/fair_share.py). Retention does not prune it, so it is no part of
-# what comes back to a baseline.
-KEPT_PER_ORGANIZATION = frozenset({"model_shares"})
+# State bounded by organizations x models, not by the batches run, and never pruned: each organization's fair-share
+# turn per model (store/fair_share.py), each model's lock row (made by the first claim that locks the model, whenever
+# a worker's tick comes: store/db.py) and what a limiter learnt per model and replica (store/engine_limits.py). So
+# it is no part of what comes back to a baseline.
+KEPT_PER_MODEL = frozenset({"model_shares", "model_locks", "engine_limits"})
 
 
 def table_rows(database_url: str) -> dict[str, int]:
-    """Rows in every table of the schema, by name, but those ``KEPT_PER_ORGANIZATION``."""
+    """Rows in every table of the schema, by name, but those ``KEPT_PER_MODEL``."""
     engine = sa.create_engine(normalize_url(database_url))
     try:
         with engine.connect() as conn:
             return {str(t.name): conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
-                    for t in metadata.sorted_tables if t.name not in KEPT_PER_ORGANIZATION}
+                    for t in metadata.sorted_tables if t.name not in KEPT_PER_MODEL}
     finally:
         engine.dispose()
 
