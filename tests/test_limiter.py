@@ -651,6 +651,18 @@ def test_nothing_is_learnt_until_the_engine_pushes_back() -> None:
     assert 12 <= limit <= 24 and 0.9 <= baseline <= 1.3  # near the knee; a call alone takes 1 s
 
 
+def test_a_climb_past_a_latency_rise_is_learnt_before_it_ends() -> None:
+    """On the engine of CPU contention the climb goes on past 8 from a new baseline (25 % over the unloaded one):
+    from then on what it kept up with is learnt, so that a batch that ends before the climb does leaves the store a
+    limit past the rise (judged on latency alone, the climb ended there and was learnt at 7 or less)."""
+    sim = Simulation(SimulatedEngine(knee=32, contention=0.25, contended=8))
+    assert sim.run(6).made.learnt() is None  # below the rise: still doubling
+    learnt = sim.run(12).made.learnt()
+    assert sim.made._slow_start and learnt is not None
+    limit, baseline = learnt
+    assert 16 <= limit <= sim.made.limit and 1.15 <= baseline <= 1.35, learnt
+
+
 def test_a_limiter_started_from_what_was_learnt_skips_the_climb() -> None:
     """A fresh limiter spends its first seconds climbing from the bottom; one started where an earlier one left
     off sends at the knee from its first call, and stays there."""

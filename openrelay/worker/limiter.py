@@ -100,10 +100,11 @@ class ConcurrencyLimiter:
         return int(self._estimate)
 
     def learnt(self) -> tuple[int, float] | None:
-        """(limit, baseline) once the engine has pushed back at least once, for a later limiter of the replica to
-        start from; None while the first climb goes on (a limit it has not finished finding). The limit is the last
-        one the engine kept up with, not a probe above it."""
-        if self._slow_start or self._last_baseline is None:
+        """(limit, baseline) once the engine has pushed back at least once, or its latency rose while its throughput
+        kept growing (the climb went on from a new baseline), for a later limiter of the replica to start from; None
+        while the first climb goes on otherwise (a limit it has not finished finding). The limit is the last one the
+        engine kept up with, not a probe above it."""
+        if (self._slow_start and not self._rebased) or self._last_baseline is None:
             return None
         return self._kept_up, self._last_baseline
 
@@ -147,6 +148,7 @@ class ConcurrencyLimiter:
                 window.answered(latency, load)
         if outcome is Outcome.SUCCESS and self._slow_start and self._lows and self._in_flight + 1 >= self.limit \
                 and latency <= (1 + self.tolerance) * self._recent_low():
+            self._kept_up = max(self._kept_up, self.limit)
             self._set_estimate(self._estimate + 1)  # every slot was taken and the engine kept up
         if outcome is Outcome.OVERLOAD and token.sent >= self._backed_off:
             ceiling = self._estimate
