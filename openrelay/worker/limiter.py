@@ -1,6 +1,7 @@
 """The adaptive concurrency limiter of ``concurrency = "auto"``: how many calls one worker process sends to one
-engine replica at once, found from the engine's answers (AIMD on latency, judged a window of calls at a time; how
-and why: docs/engines.md, "Adaptive concurrency")."""
+engine replica at once, found from the engine's answers (AIMD on latency, judged a window of calls at a time, and in
+slow start a throughput check that tells contention from the knee; how and why: docs/engines.md, "Adaptive
+concurrency")."""
 
 from __future__ import annotations
 
