@@ -57,9 +57,9 @@ class Window:
     answers are counted against it as they come, so that the window is decided as soon as they leave no doubt."""
 
     __slots__ = ("size", "unsent", "outstanding", "latencies", "threshold", "slower", "within", "peak",
-                 "offers_later")
+                 "offers_later", "number", "loads")
 
-    def __init__(self, size: int, threshold: float, in_flight: int) -> None:
+    def __init__(self, size: int, threshold: float, in_flight: int, number: int = 0) -> None:
         self.size = size
         self.unsent = size
         self.outstanding = 0
@@ -69,13 +69,17 @@ class Window:
         self.within = 0  # answers within it (none counted while it is infinite)
         self.peak = in_flight
         self.offers_later = False  # decided before all of it was back: offers the baseline its latency once it is
+        self.number = number  # the limiter's count of windows when it started
+        self.loads = 0.0  # the calls in flight on average while each answered call ran, summed
 
     @property
     def complete(self) -> bool:
         return self.outstanding == 0 and self.unsent == 0
 
-    def answered(self, latency: float) -> None:
+    def answered(self, latency: float, load: float) -> None:
+        """A success of ``latency``, which ran beside ``load`` calls in flight on average (itself included)."""
         self.latencies.append(latency)
+        self.loads += load
         if latency > self.threshold:
             self.slower += 1
         elif self.threshold < math.inf:
@@ -90,6 +94,14 @@ class Window:
 
     def decided_within(self) -> bool:
         return self.within >= math.ceil(self.size * QUANTILE)
+
+    def load_and_throughput(self) -> tuple[float, float] | None:
+        """The calls in flight while its calls ran, on average, and by Little's law the throughput they made: that
+        load over its typical latency. None before an answer."""
+        if not self.latencies:
+            return None
+        load = self.loads / len(self.latencies)
+        return load, load / self.quantile()
 
     def quantile(self) -> float:
         latencies = sorted(self.latencies)

@@ -1,6 +1,7 @@
 """The adaptive concurrency limiter of ``concurrency = "auto"``: how many calls one worker process sends to one
-engine replica at once, found from the engine's answers (AIMD on latency, judged a window of calls at a time; how
-and why: docs/engines.md, "Adaptive concurrency")."""
+engine replica at once, found from the engine's answers (AIMD on latency, judged a window of calls at a time, and in
+slow start a throughput check that tells contention from the knee; how and why: docs/engines.md, "Adaptive
+concurrency")."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ PROBE_STEP = 1 / 16  # below the limit it last backed off from, a low limit grow
 BASELINE_WINDOWS = 256  # the baseline forgets a window after this many more: a workload that got slower is relearnt
 LATENCY_BACKOFF = (0.5, 0.9)  # a slow window multiplies the limit by tolerated/observed, held within these bounds
 OVERLOAD_BACKOFF = 0.8  # what a 429/503 multiplies the limit by
+# In slow start a window judged slower does not end it while its throughput rose at least this fast against its
+# load since the last window within (d log throughput / d log calls in flight; 1 while the engine keeps up, 0 when
+# more calls only queue): the latency rose, but from contention that more calls still pay for (a CPU shared with
+# the client's), not from the engine's knee. Its latency becomes the baseline and the climb goes on.
+THROUGHPUT_ELASTICITY = 0.7
+# ... measured against a window with 1/MIN_LOAD_GAIN to 1/MAX_LOAD_GAIN of its load on average (from further below,
+# the two may lie on both sides of the knee)
+MIN_LOAD_GAIN, MAX_LOAD_GAIN = 1.25, 3.0
+CONTENTION_RISE = 1.5  # ... and once only, for a latency at most this many times the baseline (more is queueing)
 
 
 @dataclass(slots=True)
@@ -37,6 +47,7 @@ class Token:
 
     sent: float
     window: Window | None
+    busy: float = 0.0  # the limiter's integral of its calls in flight over time when it was sent
     released: bool = False
 
 
@@ -72,6 +83,10 @@ class ConcurrencyLimiter:
         self._windows = 0  # windows started so far
         self._filling: Window | None = None  # a window decided before all its calls were out: they go first
         self._last_baseline = baseline  # the latest baseline measured (or learnt), kept across a relearning
+        self._previous: tuple[float, float] | None = None  # slow start: the last window judged, its load and throughput
+        self._busy = 0.0  # the integral of the calls in flight over time, up to _busy_at
+        self._busy_at = self._clock()
+        self._rebased = 0  # windows started before this one no longer offer the baseline their latency
         self._kept_up = self.limit  # the limit of the last window the engine kept up with (lowered by back-offs)
         if baseline is not None and initial is not None:
             self._lows.append((0, baseline))
@@ -86,10 +101,11 @@ class ConcurrencyLimiter:
         return int(self._estimate)
 
     def learnt(self) -> tuple[int, float] | None:
-        """(limit, baseline) once the engine has pushed back at least once, for a later limiter of the replica to
-        start from; None while the first climb goes on (a limit it has not finished finding). The limit is the last
-        one the engine kept up with, not a probe above it."""
-        if self._slow_start or self._last_baseline is None:
+        """(limit, baseline) once the engine has pushed back at least once, or its latency rose while its throughput
+        kept growing (the climb went on from a new baseline), for a later limiter of the replica to start from; None
+        while the first climb goes on otherwise (a limit it has not finished finding). The limit is the last one the
+        engine kept up with, not a probe above it."""
+        if (self._slow_start and not self._rebased) or self._last_baseline is None:
             return None
         return self._kept_up, self._last_baseline
 
@@ -123,15 +139,17 @@ class ConcurrencyLimiter:
         if token.released:
             raise RuntimeError("limiter token released twice")
         token.released = True
-        self._in_flight -= 1
         window = token.window
-        latency = (self._clock() - token.sent) / max(work, 1e-9)
+        now, busy = self._count_in_flight(-1)
+        latency = (now - token.sent) / max(work, 1e-9)
         if window is not None:
             window.outstanding -= 1
             if outcome is Outcome.SUCCESS:
-                window.answered(latency)
+                load = (busy - token.busy) / (now - token.sent) if now > token.sent else self._in_flight + 1
+                window.answered(latency, load)
         if outcome is Outcome.SUCCESS and self._slow_start and self._lows and self._in_flight + 1 >= self.limit \
                 and latency <= (1 + self.tolerance) * self._recent_low():
+            self._kept_up = max(self._kept_up, self.limit)
             self._set_estimate(self._estimate + 1)  # every slot was taken and the engine kept up
         if outcome is Outcome.OVERLOAD and token.sent >= self._backed_off:
             ceiling = self._estimate
@@ -139,6 +157,8 @@ class ConcurrencyLimiter:
             self._back_off(ceiling)
         elif window is self._window:
             self._judge_window()
+            if self._slow_start and self._window is not window:
+                self._previous = window.load_and_throughput() or self._previous
         elif window is not None and window.offers_later and window.complete:
             self._offer_baseline(window)
         self._wake_waiters()
@@ -161,17 +181,26 @@ class ConcurrencyLimiter:
         finally:
             self.release(held.token, held.outcome or outcome, held.work)
 
+    def _count_in_flight(self, change: int) -> tuple[float, float]:
+        """Counts ``change`` calls more in flight from now on; returns now, and the integral of the calls in flight
+        over time up to now."""
+        now = self._clock()
+        self._busy += self._in_flight * (now - self._busy_at)
+        self._busy_at = now
+        self._in_flight += change
+        return now, self._busy
+
     def _grant(self) -> Token:
-        self._in_flight += 1
+        now, busy = self._count_in_flight(+1)
         window = self._filling or self._window
         if window.unsent == 0:
-            return Token(self._clock(), None)  # the window has its calls; this one is not measured
+            return Token(now, None)  # the window has its calls; this one is not measured
         window.unsent -= 1
         window.outstanding += 1
         window.peak = max(window.peak, self._in_flight)
         if window is self._filling and window.unsent == 0:
             self._filling = None
-        return Token(self._clock(), window)
+        return Token(now, window, busy)
 
     def _wake_waiters(self) -> None:
         while self._waiters and self._in_flight < self.limit:
@@ -183,7 +212,8 @@ class ConcurrencyLimiter:
         """A new window (calls of an undecided earlier one, out still, no longer count)."""
         self._windows += 1
         least = MIN_WINDOW if not self._slow_start else SLOW_START_WINDOW if self._lows else MIN_ANSWERS
-        self._window = Window(max(least, self.limit), (1 + self.tolerance) * self._recent_low(), self._in_flight)
+        self._window = Window(max(least, self.limit), (1 + self.tolerance) * self._recent_low(), self._in_flight,
+                              self._windows)
         return self._window
 
     def _judge_window(self) -> None:
@@ -235,10 +265,35 @@ class ConcurrencyLimiter:
             self._ceiling = math.inf  # found against the old baseline
             self._start_window()
             return
+        if self._slow_start and not self._rebased and self._throughput_rose(window):
+            self._rebase(window)
+            return
         low, high = LATENCY_BACKOFF
         ceiling = min(self._estimate, window.peak)
         self._set_estimate(ceiling * min(high, max(low, tolerated / window.quantile())))
         self._back_off(ceiling)
+
+    def _rebase(self, window: Window) -> None:
+        """Slow start goes on from a window slower than the baseline tolerates whose throughput still rose: its
+        latency is the baseline from now on, and the windows before it offer theirs no more."""
+        self._kept_up = self.limit
+        self._lows.clear()
+        self._lows.append((self._windows, window.quantile_bound()))
+        self._last_baseline = self._recent_low()
+        self._rebased = self._windows + 1
+        window.offers_later = False
+        self._start_window()
+
+    def _throughput_rose(self, window: Window) -> bool:
+        measured = window.load_and_throughput()
+        if measured is None or self._previous is None:
+            return False
+        (load, throughput), (load_before, throughput_before) = measured, self._previous
+        if window.quantile() > CONTENTION_RISE * self._recent_low():
+            return False
+        if not MIN_LOAD_GAIN * load_before <= load <= MAX_LOAD_GAIN * load_before or throughput <= throughput_before:
+            return False
+        return math.log(throughput / throughput_before) >= THROUGHPUT_ELASTICITY * math.log(load / load_before)
 
     def _grow(self) -> None:
         self._kept_up = self.limit
@@ -255,7 +310,7 @@ class ConcurrencyLimiter:
 
     def _offer_baseline(self, window: Window) -> float:
         """Offers a window that is all back to the baseline; returns the baseline."""
-        if len(window.latencies) >= MIN_ANSWERS:
+        if len(window.latencies) >= MIN_ANSWERS and window.number >= self._rebased:
             latency = window.quantile_bound()
             while self._lows and self._lows[-1][1] >= latency:
                 self._lows.pop()
