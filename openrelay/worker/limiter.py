@@ -101,11 +101,12 @@ class ConcurrencyLimiter:
         return int(self._estimate)
 
     def learnt(self) -> tuple[int, float] | None:
-        """(limit, baseline) once the engine has pushed back at least once, or its latency rose while its throughput
-        kept growing (the climb went on from a new baseline), for a later limiter of the replica to start from; None
-        while the first climb goes on otherwise (a limit it has not finished finding). The limit is the last one the
-        engine kept up with, not a probe above it."""
-        if (self._slow_start and not self._rebased) or self._last_baseline is None:
+        """(limit, baseline) for a later limiter of the replica to start from, once the baseline is measured and the
+        engine kept up with more than the lowest limit (None before). The limit is the last one the engine kept up
+        with, not a probe above it: where it pushed back, or, while the first climb goes on, as high as the climb
+        got with every answer in time. A batch that ends before its climb does (a batch of a few seconds) so leaves
+        a restarted worker the level it reached, instead of the bottom again."""
+        if self._last_baseline is None or (self._slow_start and self._kept_up <= self.min_limit):
             return None
         return self._kept_up, self._last_baseline
 
