@@ -32,7 +32,7 @@ from ..types import (
     shown_status,
 )
 from .batch_rows import batch_from_row
-from .batch_text import fts_leads, plan_for_the_text, text_condition
+from .batch_text import fts_leads, plan_for_the_values, text_condition
 from .db import Database, holds_nul
 from .ended_counts import EVERY_BATCH, ended_sizes, ended_totals
 from .schema import batches
@@ -145,8 +145,8 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
     with db.read() as conn:
         source, conditions, order = _filtered(org_id, query, is_sqlite=db.is_sqlite, walk=_walk(conn, org_id, query))
         select = sa.select(batches).select_from(source).where(*conditions)
-        if query.text:
-            plan_for_the_text(conn)
+        if query.text or query.tags:
+            plan_for_the_values(conn)
         if after:
             anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
                 batches.c.id == after, batches.c.org_id == org_id)).first()
@@ -178,8 +178,8 @@ def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
             if query.status not in TERMINAL_VALUES:
                 rows += _aggregate(conn, *_live(org_id, query))
         else:
-            if query.text:
-                plan_for_the_text(conn)
+            if query.text or query.tags:
+                plan_for_the_values(conn)
             walk = _walk(conn, org_id, query)
             source, conditions, _order = _filtered(org_id, query, is_sqlite=db.is_sqlite, walk=walk)
             rows = _aggregate(conn, source, conditions)
