@@ -3,9 +3,13 @@
 Kept apart from ``batches.py`` (the API's list) and ``leases.py`` (the workers' claims): the dashboard filters on
 more than the API does (several tags, queued apart from running, priority, a created range, text over id and
 metadata), and summarises what it filters. Every condition is SQL; tags are rows of ``batch_tags``
-(store/tags.py), so a page under tag filters reads the first tag's index range instead of every batch's metadata
-text; text is found through the text index (store/batch_text.py). The summary reads the counters of ended batches
+(store/tags.py), so a page under tag filters reads a tag's index range instead of every batch's metadata text;
+text is found through the text index (store/batch_text.py). The summary reads the counters of ended batches
 (store/ended_counts.py) where they answer the filters, so neither grows with the batches a store keeps.
+
+Which index a page or a summary walks under tag filters is chosen by the same counters (``_walk``): the rarest
+tag's range, or the organization's index of the status or model when that filter keeps fewer batches than any
+tag; every other filter is checked on the rows walked. The answers do not depend on the choice, only the rows read.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ from ..types import (
     shown_status,
 )
 from .batch_rows import batch_from_row
-from .batch_text import fts_leads, plan_for_the_text, text_condition
+from .batch_text import fts_leads, plan_for_the_values, text_condition
 from .db import Database, holds_nul
-from .ended_counts import EVERY_BATCH, ended_totals
-from .schema import batch_tags, batches
-from .tags import tagged
+from .ended_counts import EVERY_BATCH, ended_sizes, ended_totals
+from .schema import batches
+from .tags import carries, tagged
 
 __all__ = ["BatchQuery", "Summary", "search", "summarize"]
 
@@ -83,18 +87,38 @@ def _created_conditions(query: BatchQuery) -> list[sa.ColumnElement[bool]]:
 _NS_SLACK = 60
 
 
-def _filtered(org_id: str, query: BatchQuery, *, is_sqlite: bool) -> tuple[
+def _walk(conn: Connection, org_id: str, query: BatchQuery) -> tuple[str, ...]:
+    """The tags in the order ``_filtered`` should walk them, the rarest first; or none, when the status or model
+    filter keeps fewer batches than every tag (then the organization's index of that filter leads, and each tag
+    is a probe of ``batch_tags``' primary key). Sizes are the counters' ended batches (``ended_counts``): a
+    status not ended (queued, running, ...) keeps none of those, so it leads (its batches are the live ones)."""
+    if not query.tags:
+        return ()
+    sizes = ended_sizes(conn, org_id, query.tags)
+    rarest = sorted(query.tags, key=sizes.__getitem__)  # stable: equal sizes keep the order given
+    rivals = []
+    if query.status:
+        rivals.append(sum(row[1] for row in ended_totals(conn, org_id, statuses=[query.status])))
+    if query.model:
+        rivals.append(sum(row[1] for row in ended_totals(conn, org_id, model=query.model)))
+    return () if rivals and min(rivals) < sizes[rarest[0]] else tuple(rarest)
+
+
+def _filtered(org_id: str, query: BatchQuery, *, is_sqlite: bool, walk: tuple[str, ...] | None = None) -> tuple[
         sa.FromClause, list[sa.ColumnElement[bool]], tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]]:
-    """What to select from, the conditions, and the (created_ns, id) pair to order and page by: the
-    organization's batches (walked by the index of the status or model filter where there is one), or, under
-    tag filters, the batches carrying every tag (``tags.tagged``)."""
-    if query.tags:
-        source, found, order = tagged(org_id, query.tags)
+    """What to select from, the conditions, and the (created_ns, id) pair to order and page by: under ``walk``
+    (``_walk``'s tags; ``query.tags`` as given when None), the batches carrying every tag (``tags.tagged``);
+    otherwise the organization's batches (walked by the index of the status or model filter where there is one),
+    each tag a probe (``tags.carries``)."""
+    walk = query.tags if walk is None else walk
+    if walk:
+        source, found, order = tagged(org_id, walk)
     else:
         mine = batches.c.org_id
         if query.text and fts_leads(query.text, is_sqlite=is_sqlite):
             mine = mine.concat("")  # the text index's matches lead (batch_text.fts_leads)
         source, found, order = batches, [mine == org_id], (batches.c.created_ns, batches.c.id)
+        found += [carries(tag) for tag in query.tags]
     found += _status_conditions(query.status)
     if query.model:
         found.append(batches.c.model == query.model)
@@ -118,11 +142,11 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
         raise no_such("Batch", after, param="after")
     if _impossible(query):
         return [], False
-    source, conditions, order = _filtered(org_id, query, is_sqlite=db.is_sqlite)
-    select = sa.select(batches).select_from(source).where(*conditions)
     with db.read() as conn:
-        if query.text:
-            plan_for_the_text(conn)
+        source, conditions, order = _filtered(org_id, query, is_sqlite=db.is_sqlite, walk=_walk(conn, org_id, query))
+        select = sa.select(batches).select_from(source).where(*conditions)
+        if query.text or query.tags:
+            plan_for_the_values(conn)
         if after:
             anchor = conn.execute(sa.select(batches.c.created_ns, batches.c.id).where(
                 batches.c.id == after, batches.c.org_id == org_id)).first()
@@ -140,7 +164,8 @@ def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
     Where the counters can answer (``_counted``): the ended batches from ``ended_batch_counts``
     (store/ended_counts.py) plus an aggregate of the organization's batches not yet ended, through the index of
     (org_id, status). Otherwise (text, several tags, a created range not in whole UTC days): an aggregate of the
-    matching batches, found through their index (the first tag's range, the text index). One snapshot for both
+    matching batches, found through their index (``_walk``: the rarest tag's range, or the status's or model's;
+    the text index). One snapshot for both
     halves, so a batch that ends meanwhile is counted once."""
     summary = Summary()
     if _impossible(query):
@@ -153,9 +178,10 @@ def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
             if query.status not in TERMINAL_VALUES:
                 rows += _aggregate(conn, *_live(org_id, query))
         else:
-            if query.text:
-                plan_for_the_text(conn)
-            source, conditions, _order = _filtered(org_id, query, is_sqlite=db.is_sqlite)
+            if query.text or query.tags:
+                plan_for_the_values(conn)
+            walk = _walk(conn, org_id, query)
+            source, conditions, _order = _filtered(org_id, query, is_sqlite=db.is_sqlite, walk=walk)
             rows = _aggregate(conn, source, conditions)
     for shown, count, input_tokens, output_tokens, cost in rows:
         _add(summary, shown, count, input_tokens, output_tokens, cost)
@@ -187,8 +213,7 @@ def _live(org_id: str, query: BatchQuery) -> tuple[sa.FromClause, list[sa.Column
         conditions.append(batches.c.model == query.model)
     if query.priority:
         conditions.append(batches.c.priority == query.priority)
-    for tag in query.tags:
-        conditions.append(sa.exists().where(batch_tags.c.batch_id == batches.c.id, batch_tags.c.tag == tag))
+    conditions += [carries(tag) for tag in query.tags]
     return batches, conditions + _created_conditions(query)
 
 

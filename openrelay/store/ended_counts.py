@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from ..types import DAY_SECONDS, TERMINAL_VALUES
 from .schema import batch_tags, batches, ended_batch_counts
 
-__all__ = ["count_ended", "ended_totals", "EVERY_BATCH", "ALL_DAYS"]
+__all__ = ["count_ended", "ended_totals", "ended_sizes", "EVERY_BATCH", "ALL_DAYS"]
 
 EVERY_BATCH = ""  # the tag of the rows that count every batch
 ALL_DAYS = -1  # the created_day of the rows that count every day
@@ -110,3 +110,14 @@ def ended_totals(conn: Connection, org_id: str, *, tag: str = EVERY_BATCH, statu
              .where(*conditions).group_by(_c.status))
     return [(status, int(n or 0), int(i or 0), int(o or 0), int(cost or 0))
             for status, n, i, o, cost in conn.execute(query)]
+
+
+def ended_sizes(conn: Connection, org_id: str, tags: Sequence[str]) -> dict[str, int]:
+    """How many of the organization's ended batches carry each of ``tags`` (``EVERY_BATCH``: every batch; 0 for a
+    tag none carries): the every-day rows of those tags, at most statuses x models x priorities each. What a page
+    or a summary should walk first is told by these (store/batch_search.py); the batches not yet ended are left
+    out, as few as are live."""
+    query = (sa.select(_c.tag, sa.func.sum(_c.batches))
+             .where(_c.org_id == org_id, _c.tag.in_(list(tags)), _c.status.in_(TERMINAL_VALUES),
+                    _c.created_day == ALL_DAYS).group_by(_c.tag))
+    return {tag: 0 for tag in tags} | {tag: int(n or 0) for tag, n in conn.execute(query)}

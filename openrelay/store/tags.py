@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from ..types import TAGS_KEY, tag_list
 from .schema import batch_tags, batches
 
-__all__ = ["tag_rows", "insert_tags", "replace_tags", "tagged", "backfill_batch_tags"]
+__all__ = ["tag_rows", "insert_tags", "replace_tags", "tagged", "carries", "backfill_batch_tags"]
 
 
 def tag_rows(*, batch_id: str, org_id: str, created_ns: int,
@@ -47,7 +47,8 @@ def replace_tags(conn: Connection, *, batch_id: str, org_id: str, created_ns: in
 def tagged(org_id: Any, tags: Sequence[Any]) -> tuple[sa.FromClause, list[sa.ColumnElement[bool]],
                                                       tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]]:
     """The organization's batches carrying every one of ``tags`` (values or bind parameters, at least one):
-    the FROM clause, its conditions, and the (created_ns, id) pair to order and page by.
+    the FROM clause, its conditions, and the (created_ns, id) pair to order and page by. Give the rarest tag
+    first (store/batch_search.py asks the counters which it is): its batches are the ones walked.
 
     The first tag is a range of ``ix_batch_tags_org_tag_order`` read newest first, joined to ``batches`` by
     primary key; each further tag is an EXISTS on ``batch_tags``, which the planner answers by the primary key
@@ -62,6 +63,11 @@ def tagged(org_id: Any, tags: Sequence[Any]) -> tuple[sa.FromClause, list[sa.Col
         conditions.append(sa.exists().where(other.c.batch_id == batch_tags.c.batch_id, other.c.org_id == org_id,
                                             other.c.tag == tag))
     return source, conditions, (batch_tags.c.created_ns, batch_tags.c.batch_id)
+
+
+def carries(tag: Any) -> sa.ColumnElement[bool]:
+    """The condition on ``batches`` that its batch carries ``tag``: one probe of ``batch_tags``' primary key."""
+    return sa.exists().where(batch_tags.c.batch_id == batches.c.id, batch_tags.c.tag == tag)
 
 
 # -- migration 0006 -------------------------------------------------------------------------------------------
