@@ -8,6 +8,8 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .request_ids import request_id_of
+
 __all__ = ["AccessLog", "note_org"]
 
 log = logging.getLogger("openrelay.access")
@@ -19,8 +21,8 @@ def note_org(scope: Scope, org_id: str) -> None:
 
 
 class AccessLog:
-    """ASGI middleware, outermost: ``GET /v1/batches/batch_x 200 3.1ms org=org_y`` when the answer has been sent
-    (or the connection closed before it was); ``org=-`` where no key or session was accepted."""
+    """ASGI middleware, outermost: ``GET /v1/batches/batch_x 200 3.1ms org=org_y request_id=req_z`` when the answer
+    has been sent (or the connection closed before it was); ``org=-`` where no key or session was accepted."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -42,5 +44,5 @@ class AccessLog:
             await self.app(scope, receive, send_noted)
         finally:
             org = scope.get("state", {}).get("org", "-")
-            log.info("%s %s %s %.1fms org=%s", scope["method"], scope["path"], status or "-",
-                     (time.perf_counter() - started) * 1000, org)
+            log.info("%s %s %s %.1fms org=%s request_id=%s", scope["method"], scope["path"], status or "-",
+                     (time.perf_counter() - started) * 1000, org, request_id_of(scope) or "-")
