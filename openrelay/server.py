@@ -20,7 +20,6 @@ from . import tracing
 from .api.app import create_app
 from .api.http_protocol import limited_http_protocol
 from .config import Settings
-from .http.access_log import AccessLog
 from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
 from .store.retention import Retention
@@ -65,8 +64,6 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
     bootstrap(rt)
     worker = Worker(rt) if with_worker else None
     app = assemble_app(rt)
-    if settings.http.access_log:
-        app.add_middleware(AccessLog)  # the last added: outermost, so it times and sees every answer
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

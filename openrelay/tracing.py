@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["configure", "enabled", "span", "span_since", "note", "engine_calls", "call_headers"]
+__all__ = ["configure", "span", "span_since", "note", "engine_calls", "call_headers"]
 
 _tracer: Any = None  # the SDK's Tracer, once ``configure`` found an endpoint
 _propagate: Any = None  # opentelemetry.propagate: W3C trace context in and out of headers
@@ -46,10 +46,6 @@ def configure(service_name: str = "openrelay") -> bool:
     return True
 
 
-def enabled() -> bool:
-    return _tracer is not None
-
-
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.AbstractContextManager[Any]:
     """A span around a block, a child of the current one; the span, or None when tracing is off."""
     if _tracer is None:
@@ -72,16 +68,14 @@ def note(key: str, value: Any) -> None:
         trace.get_current_span().set_attribute(key, value)
 
 
-@contextlib.contextmanager
-def engine_calls(request_id: str, attributes: Mapping[str, Any]) -> Iterator[None]:
-    """Around a record's engine calls: each carries ``request_id`` (``call_headers``), and when tracing their spans
-    are children of the record's."""
-    token = _request_id.set(request_id)
-    try:
-        with span("batch record", {"openrelay.request_id": request_id, **attributes}):
-            yield
-    finally:
-        _request_id.reset(token)
+def engine_calls(request_id: str, batch_id: str, line: int) -> contextlib.AbstractContextManager[Any]:
+    """Around a record's engine calls: each carries ``request_id`` (``call_headers``; it stays the lane task's until
+    its next record sets its own), and when tracing their spans are children of the record's."""
+    _request_id.set(request_id)
+    if _tracer is None:
+        return _OFF
+    attributes = {"openrelay.request_id": request_id, "openrelay.batch_id": batch_id, "openrelay.line": line}
+    return _tracer.start_as_current_span("batch record", attributes=attributes)
 
 
 def call_headers() -> dict[str, str]:

@@ -44,7 +44,7 @@ async def _breaks_midway(_request):  # type: ignore[no-untyped-def]
 def base_url() -> Iterator[str]:
     app = Starlette(routes=[Route("/fails", _fails), Route("/fine", _fine), Route("/midway", _breaks_midway)])
     app.add_middleware(RenderUnexpectedErrors)
-    app.add_middleware(RequestIds)  # outside it, as api/app.py assembles them
+    app.add_middleware(RequestIds, access_log=False)  # outside it, as api/app.py assembles them
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
     thread = threading.Thread(target=server.run, daemon=True)

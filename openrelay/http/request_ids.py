@@ -4,10 +4,13 @@ from the tracer provider ``openrelay/tracing.py`` sets)."""
 
 from __future__ import annotations
 
+import time
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import tracing
 from ..ids import new_request_id
+from .access_log import log_answer
 
 __all__ = ["RequestIds", "request_id_of", "id_headers"]
 
@@ -21,23 +24,33 @@ def id_headers(request_id: str) -> tuple[tuple[bytes, bytes], ...]:
 
 
 class RequestIds:
-    """ASGI middleware, outside every other but the access log."""
+    """ASGI middleware, the outermost: gives each request its id and, with ``access_log``, writes its line once the
+    answer has been sent (or the connection closed before it was). One layer for both: a poll pays for one."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, access_log: bool) -> None:
         self.app = app
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         request_id = new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         tracing.note("openrelay.request_id", request_id)
         ids = id_headers(request_id)
+        status = 0
 
         async def send_with_id(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 message["headers"] = [*message.get("headers", ()), *ids]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if self.access_log:
+                log_answer(scope, status, time.perf_counter() - started)
