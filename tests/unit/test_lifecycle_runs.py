@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from openrelay.blobs.keys import file_key
 from openrelay.engines.base import EngineReply
 from tests.support.batches import batch_usage, chat, create, embed, error_of, get, results, usage_of
 from tests.support.mock_engine import EngineRequest, echo, reply, text_of
@@ -261,6 +262,22 @@ def test_a_keys_spend_grows_as_records_complete_and_a_spent_budget_refuses_creat
     refused = relay.http("POST", "/batches", json={"endpoint": "/v1/chat/completions", "completion_window": "24h",
                                                    "requests": records(1)})
     error_of(refused, 402, "key_budget_exceeded", type_=refused.json()["error"]["type"])
+
+
+def test_a_batch_whose_runs_keep_failing_ends_failed_after_its_attempts(tmp_path: Path) -> None:
+    """Its input is gone from the blob store (a storage loss): each run fails for a reason of its own, is tried
+    again after a backoff, and after ``OPENRELAY_RUN_ATTEMPTS`` the batch ends failed, every record counted."""
+    with Relay(tmp_path, env={"OPENRELAY_RUN_ATTEMPTS": "2"}) as relay:
+        batch = create(relay, records(3))
+        (relay.settings.blob_dir / file_key(batch["input_file_id"])).unlink()
+        for _ in range(20):  # a failed run waits out its backoff in the store: each burst ends before it is due
+            relay.run_until_idle()
+            if get(relay, batch["id"])["status"] == "failed":
+                break
+        done = get(relay, batch["id"])
+        assert done["status"] == "failed" and [e["code"] for e in done["errors"]["data"]] == ["batch_run_failed"]
+        assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+        assert relay.log().count(f"batch {batch['id']}: run ") == 2 and relay.requests() == []
 
 
 # -- the queue --------------------------------------------------------------------------------------------------
