@@ -50,7 +50,7 @@ def test_a_run_keeps_its_concurrency_in_flight_and_no_more(tmp_path: Path, concu
         in_flight["most"] = max(in_flight["most"], in_flight["now"])
         if in_flight["now"] == concurrency:
             full.set()
-        await wait_for_async(full.is_set, f"{concurrency} requests in flight at once", timeout=10)
+        await wait_for_async(full.is_set, f"{concurrency} requests in flight at once")
         in_flight["now"] -= 1
         return echo(request)
 
