@@ -6,12 +6,12 @@ An event is written by ``enqueue_batch_event`` inside the transaction that gives
 the status and its event commit together or not at all, so a crash can neither lose an event nor make one up.
 
 Delivery loops on any number of machines share the deliveries through ``claim_due``: a due row is taken by an
-update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, one per endpoint
-at a time, its endpoint row locked with ``SKIP LOCKED`` on PostgreSQL (SQLite has a single writer). An endpoint
-has its own concurrency and its own circuit (``webhook_endpoints.failures``, ``paused_until``), so a slow or
-failing endpoint holds back its own deliveries only. An attempt's result is written with ``record_attempt`` in one
-transaction with its log row, fenced by the claim's token. A loop that dies mid-attempt leaves the row to come due
-again: an event may arrive twice, but is never lost. Every time here is the database's clock.
+update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, its endpoint's row
+locked with ``SKIP LOCKED`` on PostgreSQL (SQLite has a single writer). An endpoint has its own concurrency and
+its own circuit (``webhook_endpoints.failures``, ``paused_until``), so a slow or failing endpoint holds back its
+own deliveries only. An attempt's result is written with ``record_attempt`` in one transaction with its log row,
+fenced by the claim's token. A loop that dies mid-attempt leaves the row to come due again: an event may arrive
+twice, but is never lost. Every time here is the database's clock.
 """
 
 from __future__ import annotations
@@ -177,12 +177,12 @@ class WebhookOutbox:
 
     def claim_due(self, *, limit: int, hold_seconds: float, endpoint_concurrency: int,
                   rotation_overlap: float = 0.0) -> list[DueDelivery]:
-        """Up to ``limit`` pending deliveries due now, at most one per endpoint, each taken for ``hold_seconds``: no
-        other loop takes it meanwhile, and after that it is due again unless its outcome was recorded. An endpoint
-        gets one only while it is not paused (``record_attempt``) and has fewer than ``endpoint_concurrency``
-        attempts in flight (one while it is failing): those with the fewest in flight first, then the longest due,
-        so that no endpoint waits behind another's backlog. Each is signed by its endpoint's secret, and by the one
-        a rotation replaced less than ``rotation_overlap`` seconds ago."""
+        """Up to ``limit`` pending deliveries due now, each taken for ``hold_seconds``: no other loop takes it
+        meanwhile, and after that it is due again unless its outcome was recorded. An endpoint gets them only while
+        it is not paused (``record_attempt``), up to ``endpoint_concurrency`` attempts in flight (one while it is
+        failing), and in turns with the others, the least busy first, so that no endpoint waits behind another's
+        backlog. Each is signed by its endpoint's secret, and by the one a rotation replaced less than
+        ``rotation_overlap`` seconds ago."""
         d, e, ev = webhook_deliveries.c, webhook_endpoints.c, webhook_events.c
         with self.db.read() as conn:  # most polls find nothing: a read, not a write lock (SQLite has one)
             if conn.execute(_claimable(self.db.clock(conn), endpoint_concurrency).limit(1)).first() is None:
@@ -190,8 +190,8 @@ class WebhookOutbox:
         token = new_claim_token()
         with self.db.write() as conn:
             clock = self.db.clock(conn)
-            # PostgreSQL: a racing loop skips the endpoints locked here; one that read before this commits finds its
-            # head delivery (the same one) no longer due below, so no endpoint passes its concurrency.
+            # PostgreSQL: a racing loop skips the endpoints locked here; one that read before this commits finds the
+            # deliveries taken here no longer due below, so no endpoint passes its concurrency.
             rows = conn.execute(_claimable(clock, endpoint_concurrency).limit(limit).with_for_update(
                 of=webhook_endpoints, skip_locked=True, key_share=True)).all()
             due = sa.and_(d.state == PENDING, d.next_attempt_at <= clock)
@@ -255,8 +255,8 @@ class WebhookOutbox:
 
 
 def _claimable(clock: float, endpoint_concurrency: int) -> sa.Select:
-    """The longest due delivery of each endpoint that may have one more attempt now (``claim_due``), the least
-    busy endpoints first."""
+    """The due deliveries each endpoint may have attempted now (``claim_due``), longest due first, in turns: every
+    endpoint's first before any second, the least busy endpoints first."""
     d, e = webhook_deliveries.c, webhook_endpoints.c
     place = sa.func.row_number().over(partition_by=d.endpoint_id, order_by=(d.next_attempt_at, d.event_id))
     heads = (sa.select(d.event_id, d.endpoint_id, d.next_attempt_at, place.label("place"))
@@ -268,9 +268,9 @@ def _claimable(clock: float, endpoint_concurrency: int) -> sa.Select:
     return (sa.select(heads.c.event_id, heads.c.endpoint_id)
             .select_from(heads.join(webhook_endpoints, e.id == heads.c.endpoint_id)
                          .outerjoin(flying, flying.c.endpoint_id == heads.c.endpoint_id))
-            .where(heads.c.place == 1, sa.or_(e.paused_until.is_(None), e.paused_until <= clock),
-                   busy < sa.case((e.failures == 0, endpoint_concurrency), else_=1))
-            .order_by(busy, heads.c.next_attempt_at))
+            .where(sa.or_(e.paused_until.is_(None), e.paused_until <= clock),
+                   busy + heads.c.place <= sa.case((e.failures == 0, endpoint_concurrency), else_=1))
+            .order_by(busy + heads.c.place, heads.c.next_attempt_at))
 
 
 def _pause_endpoint(conn: Connection, endpoint_id: str, *, clock: float, backoff: Backoff,

@@ -31,7 +31,7 @@ __all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "retry_delay", "prune_
 
 log = logging.getLogger("openrelay.webhooks")
 
-_CLAIM_LIMIT = 32  # deliveries one claim takes at most (one per endpoint)
+_CLAIM_LIMIT = 32  # deliveries one claim takes at most
 _PRUNE_EVERY_SECONDS = 3600.0
 _MAX_ERROR_CHARS = 500
 
@@ -131,7 +131,7 @@ class WebhookDelivery:
             log.exception("webhook log pruning failed")
 
     async def _claim(self, room: int) -> list[DueDelivery]:
-        """What is due now, up to ``room`` (one per endpoint); nothing while the store is away."""
+        """What is due now, up to ``room``; nothing while the store is away."""
         try:
             return await asyncio.to_thread(
                 self.store.claim_due, limit=min(room, _CLAIM_LIMIT), hold_seconds=self.hold_seconds,
