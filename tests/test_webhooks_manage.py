@@ -301,3 +301,21 @@ def test_the_workers_prune_the_log_of_finished_deliveries(make_server, engine_ur
     receiver.wait_for(hook, lambda r: r[-1]["answered"] == 200, "the delivery")
     wait_for(lambda: delivery_log(server, "--endpoint", made["id"]) == [], "the finished delivery's log to go")
     assert server.admin("webhook", "replay", first["delivery_id"]).returncode == 4  # the delivery is gone too
+
+
+def test_retention_keeps_a_batch_until_its_webhook_is_delivered(make_server, engine_url: str,
+                                                                 receiver: Receiver) -> None:
+    server = make_server(catalog=hook_catalog(engine_url, receiver), args=("--retention-days", "0"),
+                         env={**FAST, "OPENRELAY_SWEEP_SECONDS": "0.2"})
+    hook = name()
+    register(server, receiver.url(hook))
+    receiver.fail(hook, 10 ** 6)
+    owed = completed_batch(server, "owed")
+    receiver.wait_for(hook, lambda got: len(got) >= 2, "the event being retried")
+    other = server.for_new_org()  # no endpoint: its batch owes nothing
+    ended_after = completed_batch(other, "other")
+    wait_for(lambda: other.http("GET", f"/batches/{ended_after}").status_code == 404, "the sweeper to prune it")
+    assert server.http("GET", f"/batches/{owed}").status_code == 200  # ended first, kept for its webhook
+    receiver.fail(hook, 0)  # the receiver is back: once the event is delivered, the batch goes
+    receiver.wait_for(hook, lambda got: got[-1]["answered"] == 200, "the delivery")
+    wait_for(lambda: server.http("GET", f"/batches/{owed}").status_code == 404, "the delivered batch to be pruned")

@@ -32,6 +32,7 @@ from .schema import (
     webhook_endpoints,
     webhook_events,
 )
+from .webhook_outbox import PENDING
 
 __all__ = ["Retention", "QueuedBlob", "Pruned", "DAY_SECONDS"]
 
@@ -144,9 +145,10 @@ class Retention:
     # -- batches past the operator's retention ------------------------------------------------------------------
 
     def ended_batches(self, *, older_than_days: float, limit: int, dry_run: bool = False) -> Pruned:
-        """Batches that ended more than ``older_than_days`` ago: their rows (tags, chunks, webhook events and
-        their deliveries), their result and rejections files, and every blob under their folder. Their input
-        files go with ``unused_files`` (which, in a dry run, counts these batches' own files too)."""
+        """Batches that ended more than ``older_than_days`` ago, but those a webhook delivery still owes
+        (``_kept_batches``): their rows (tags, chunks, webhook events and their deliveries), their result and
+        rejections files, and every blob under their folder. Their input files go with ``unused_files`` (which, in
+        a dry run, counts these batches' own files too)."""
         with self.db.write() as conn:
             gone = sa.not_(_kept_batches(self.db.clock(conn) - older_than_days * DAY_SECONDS))
             if dry_run:
@@ -213,8 +215,12 @@ class Retention:
 
 
 def _kept_batches(cutoff: float) -> sa.ColumnElement[bool]:
-    """Batches the retention keeps: not ended, or ended at or after ``cutoff``."""
-    return sa.or_(batches.c.status.not_in(TERMINAL_VALUES), _ENDED.is_(None), _ENDED >= cutoff)
+    """Batches the retention keeps: not ended, ended at or after ``cutoff``, or whose event a webhook delivery
+    still owes (kept with its files until it is delivered or given up, so that the receiver finds the batch)."""
+    owed = sa.exists().where(webhook_events.c.batch_id == batches.c.id,
+                             webhook_deliveries.c.event_id == webhook_events.c.id,
+                             webhook_deliveries.c.state == PENDING)
+    return sa.or_(batches.c.status.not_in(TERMINAL_VALUES), _ENDED.is_(None), _ENDED >= cutoff, owed)
 
 
 def _delete_events(conn: Connection, events: sa.Select) -> int:

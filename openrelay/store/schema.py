@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
@@ -241,6 +242,10 @@ webhook_endpoints = Table(
     Column("previous_secret", String(100)),
     Column("rotated_at", Float),
     Column("events", String(400)),
+    # Migration 0022, its circuit (store/webhook_outbox.py): attempts failed in a row since its last delivered one,
+    # and no attempt to it before ``paused_until`` (the database's clock).
+    Column("failures", Integer, nullable=False, default=0),
+    Column("paused_until", Float),
     Index("ix_webhook_endpoints_org", "org_id", "created_ns"),
 )
 
@@ -281,6 +286,8 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
     Index("ix_webhook_deliveries_id", "id", unique=True),
     Index("ix_webhook_deliveries_endpoint_time", "endpoint_id", "created_at"),
+    Index("ix_webhook_deliveries_endpoint_pending", "endpoint_id", "next_attempt_at",  # an endpoint's pause (0022)
+          sqlite_where=text("state = 'pending'"), postgresql_where=text("state = 'pending'")),
 )
 
 # The delivery log: every attempt, its answer or why there was none.
