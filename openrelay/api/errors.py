@@ -1,6 +1,7 @@
-"""Errors as HTTP answers: the one place an ``OpenRelayError`` goes on the wire as the OpenAI envelope, whether a
-route raised it (``add_error_handlers``), a middleware refuses before the app runs (``send_error``: api/limits.py,
-api/guard.py) or the connection itself does (``error_answer``: api/http_protocol.py)."""
+"""Errors as HTTP answers: the one place an ``OpenRelayError`` goes on the wire as the OpenAI envelope (Anthropic's
+under ``/v1/messages/``), whether a route raised it (``add_error_handlers``), a middleware refuses before the app
+runs (``send_error``: api/limits.py, api/guard.py) or the connection itself does (``error_answer``:
+api/http_protocol.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from starlette.routing import Match
 from starlette.types import Send
 
 from ..catalog import ENDPOINTS
-from ..errors import InvalidRequest, MethodNotAllowed, NotFound, OpenRelayError
+from ..errors import InvalidRequest, MethodNotAllowed, NotFound, OpenRelayError, anthropic_envelope
 
-__all__ = ["error_answer", "error_response", "send_error", "add_error_handlers"]
+__all__ = ["ANTHROPIC_PREFIX", "error_answer", "error_response", "send_error", "add_error_handlers"]
+
+ANTHROPIC_PREFIX = "/v1/messages/"  # Anthropic's routes: its envelope, and its x-api-key header (api/messages.py)
 
 log = logging.getLogger("openrelay.api")
 
@@ -25,9 +28,11 @@ _JSON = (b"content-type", b"application/json")
 _CLOSE = (b"connection", b"close")
 
 
-def error_answer(exc: OpenRelayError, *, close: bool = False) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """The status, headers and body of the answer to ``exc``; ``close``: the connection closes after it."""
-    body = orjson.dumps(exc.envelope())
+def error_answer(exc: OpenRelayError, *, close: bool = False,
+                 path: str = "") -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The status, headers and body of the answer to ``exc`` on ``path``; ``close``: the connection closes after
+    it."""
+    body = orjson.dumps(anthropic_envelope(exc) if path.startswith(ANTHROPIC_PREFIX) else exc.envelope())
     headers = [_JSON, (b"content-length", str(len(body)).encode())]
     if exc.retry_after_seconds is not None:  # StoreUnavailable: worth trying again later
         headers.append((b"retry-after", str(exc.retry_after_seconds).encode()))
@@ -36,16 +41,16 @@ def error_answer(exc: OpenRelayError, *, close: bool = False) -> tuple[int, list
     return exc.status, headers, body
 
 
-def error_response(exc: OpenRelayError) -> Response:
-    status, headers, body = error_answer(exc)
+def error_response(exc: OpenRelayError, path: str = "") -> Response:
+    status, headers, body = error_answer(exc, path=path)
     response = Response(body, status_code=status)
     response.raw_headers = headers
     return response
 
 
-async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False) -> None:
+async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False, path: str = "") -> None:
     """Answer ``exc`` from an ASGI middleware, before (instead of) the app."""
-    status, headers, body = error_answer(exc, close=close)
+    status, headers, body = error_answer(exc, close=close, path=path)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -64,17 +69,18 @@ def add_error_handlers(app: FastAPI) -> None:
     async def _ours(request: Request, exc: OpenRelayError) -> Response:
         if exc.status >= 500:  # the client sees a generic message; the operator needs the real one
             log.error("%s %s answered %d: %s", request.method, request.url.path, exc.status, exc.message)
-        return error_response(exc)
+        return error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> Response:
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
-        return error_response(InvalidRequest(f"{param}: {first.get('msg', 'invalid request')}", param=param))
+        return error_response(InvalidRequest(f"{param}: {first.get('msg', 'invalid request')}", param=param),
+                              request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        return error_response(_framework_refusal(request, exc))
+        return error_response(_framework_refusal(request, exc), request.url.path)
 
 
 def _unknown_url(request: Request) -> str:

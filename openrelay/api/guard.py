@@ -45,4 +45,4 @@ class RenderUnexpectedErrors:
             if started:
                 raise  # a streamed answer broke midway: only closing the connection tells the client
             _log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
-            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE))
+            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE), path=scope.get("path", ""))

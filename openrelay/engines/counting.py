@@ -72,6 +72,8 @@ def approximate_tokens(endpoint: str, body: dict[str, Any]) -> int:
     if endpoint == "/v1/embeddings":
         raw = body.get("input")
         return sum(map(_content_tokens, raw)) if isinstance(raw, list) else _content_tokens(raw)
+    if endpoint == "/v1/messages":
+        return _content_tokens(body.get("system")) + _messages_tokens(body.get("messages"))
     # /v1/responses: instructions plus input, a string or a list of messages
     return _content_tokens(body.get("instructions")) + _messages_tokens(body.get("input"))
 
