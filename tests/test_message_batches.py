@@ -166,7 +166,7 @@ def test_keys_errors_and_what_other_organizations_see(server):
         assert missing.value.body["error"] == {"type": "not_found_error",
                                                "message": f"No such Batch object: {made.id}"}
     with pytest.raises(anthropic.NotFoundError):
-        client.messages.batches.retrieve(chat_batch(server))  # an OpenRelay batch of another endpoint is no message batch
+        client.messages.batches.retrieve(chat_batch(server))  # a batch of another endpoint is no message batch
     answer = server.http("POST", "/messages/batches", json={"requests": [request("a")], "extra": 1})
     assert answer.status_code == 400 and answer.json() == {"type": "error", "error": {
         "type": "invalid_request_error", "message": "extra: Extra inputs are not permitted"}}
