@@ -11,6 +11,7 @@ import pytest
 
 from openrelay.catalog import parse_catalog
 from openrelay.engines.base import EngineReply
+from openrelay.engines.counting import approximate_tokens
 from openrelay.engines.factory import build_replicas, check_engines
 from openrelay.engines.messages_chat import MessagesOverChat, chat_request, message_of
 from openrelay.errors import CatalogError
@@ -125,6 +126,11 @@ def test_an_empty_answer_and_an_engine_refusal():
     assert reply.status_code == 502
     other = asyncio.run(MessagesOverChat(_Chat(completion())).call("/v1/chat/completions", {"x": 1}))
     assert other.body == completion()  # other endpoints pass through untouched
+
+
+def test_a_dry_run_counts_a_message_request_by_the_approximate_rule():
+    body = params(system="abcdefgh", messages=[{"role": "user", "content": [{"type": "text", "text": "abcd"}, IMAGE]}])
+    assert approximate_tokens("/v1/messages", body) == 2 + (3 + 4 + 1 + 85)  # system; priming, message, text, image
 
 
 CATALOG = """

@@ -45,7 +45,7 @@ def _content_tokens(content: Any) -> int:
             continue
         if isinstance(part.get("text"), str):
             tokens += _text_bytes_tokens(part["text"])
-        elif part.get("type") in ("image_url", "input_image"):
+        elif part.get("type") in ("image_url", "input_image", "image"):
             tokens += IMAGE_TOKENS
     return tokens
 
@@ -89,6 +89,8 @@ class _OcrRule:
     def count(self, endpoint: str, body: dict[str, Any]) -> Count:
         from .rapid_ocr import _BadRequest, _request
 
+        if endpoint != "/v1/chat/completions":  # a message request, translated at run time
+            return Count(approximate_tokens(endpoint, body), exact=False)
         try:
             images, prompt_text = _request(body)
         except _BadRequest:
