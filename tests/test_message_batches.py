@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from tests.support.batches import chat, cost, create
+from tests.support.browser import signed_in_client
 from tests.support.polling import wait_for
 from tests.support.server import Server, catalog_text
 
@@ -107,6 +108,9 @@ def test_a_message_batch_is_an_openrelay_batch_of_the_messages_endpoint(server):
     assert batch.usage.model_extra["cost_nano_usd"] == cost(prompt, output)
     shown = server.orl("batches", "get", made.id)
     assert shown.returncode == 0 and orjson.loads(shown.stdout)["endpoint"] == "/v1/messages"
+    with signed_in_client(server) as (page, _csrf):
+        html = page.get(f"/batches/{made.id}").text
+    assert "test/echo · /v1/messages · standard" in html and "echo: one" in html  # the message's text
 
 
 def test_list_pages_newest_first_both_ways(server):
