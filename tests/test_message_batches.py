@@ -230,7 +230,7 @@ name = "test/other"
 endpoints = ["/v1/chat/completions"]
 engine = {{ kind = "openai", base_url = "{engine_url}" }}
 """
-    server = make_server(catalog=catalog_text(engine_url, extra=other))
+    server = make_server(catalog=catalog_text(engine_url, extra=other), env={"OPENRELAY_MAX_CREATE_BYTES": "4000"})
     client = sdk(server)
     made = client.messages.batches.create(requests=[
         request("a"), request("b", model="test/other"), request("c", model="test/embed")])
@@ -239,3 +239,8 @@ engine = {{ kind = "openai", base_url = "{engine_url}" }}
     assert found["b"].error.error.message == ('requests.1: model "test/other" differs from the batch\'s model '
                                               '"test/echo"')
     assert found["c"].error.error.message.startswith('requests.2: model "test/embed" is not offered for /v1/messages')
+    # A message batch create may be as big as a batch create (here 4,000 bytes), refused in Anthropic's envelope.
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        client.messages.batches.create(requests=[request(f"r{i}", "x" * 100) for i in range(40)])
+    assert refused.value.status_code == 413 and refused.value.body == {"type": "error", "error": {
+        "type": "request_too_large", "message": "The request body is over its 4000-byte limit."}}
