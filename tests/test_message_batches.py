@@ -176,6 +176,9 @@ def test_keys_errors_and_what_other_organizations_see(server):
         "type": "invalid_request_error", "message": "extra: Extra inputs are not permitted"}}
     answer = server.http("POST", "/messages/batches", json={"requests": []})
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+    answer = server.http("POST", "/messages", json=request("a")["params"])  # Anthropic's synchronous route
+    assert answer.status_code == 404 and "Send them as Anthropic's Message Batches (POST /v1/messages/batches" in (
+        answer.json()["error"]["message"])
     answer = server.http("GET", f"/messages/batches/{made.id}/nothing-here")
     assert answer.status_code == 404 and answer.json()["error"]["type"] == "not_found_error"
     for missing_key in ({}, {"x-api-key": ""}):

@@ -89,6 +89,10 @@ def _unknown_url(request: Request) -> str:
     method, path = request.method, request.url.path
     said = f"Unknown request URL: {method} {path}."
     bare = path.removeprefix("/v1")
+    if bare == "/messages":
+        return (f"{said} OpenRelay Batches is a batch service: it does not answer /v1/messages requests one by one."
+                " Send them as Anthropic's Message Batches (POST /v1/messages/batches, {\"requests\": [{\"custom_id\","
+                " \"params\"}]}); the answers come back at the batch's results_url.")
     if bare in _SYNC_PATHS:
         return (f"{said} OpenRelay Batches is a batch service: it does not answer {'/v1' + bare} requests one by one."
                 " Write them to a JSONL file, one request per line, upload it (POST /v1/files, purpose \"batch\")"
