@@ -17,6 +17,7 @@ from starlette.types import Send
 
 from ..catalog import ENDPOINTS
 from ..errors import InvalidRequest, MethodNotAllowed, NotFound, OpenRelayError, anthropic_envelope
+from ..http.request_ids import request_id_of
 
 __all__ = ["ANTHROPIC_PREFIX", "error_answer", "error_response", "send_error", "add_error_handlers"]
 
@@ -28,11 +29,20 @@ _JSON = (b"content-type", b"application/json")
 _CLOSE = (b"connection", b"close")
 
 
-def error_answer(exc: OpenRelayError, *, close: bool = False,
+def error_answer(exc: OpenRelayError, *, close: bool = False, request_id: str | None = None,
                  path: str = "") -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """The status, headers and body of the answer to ``exc`` on ``path``; ``close``: the connection closes after
-    it."""
-    body = orjson.dumps(anthropic_envelope(exc) if path.startswith(ANTHROPIC_PREFIX) else exc.envelope())
+    it. A 5xx's message names its ``request_id``, where OpenAI's does: the server's log has the rest under it;
+    Anthropic's envelope carries it beside the error, as Anthropic's does."""
+    if path.startswith(ANTHROPIC_PREFIX):
+        envelope = anthropic_envelope(exc)
+        if request_id is not None:
+            envelope["request_id"] = request_id
+    else:
+        envelope = exc.envelope()
+        if exc.status >= 500 and request_id is not None:
+            envelope["error"]["message"] += f" (request ID {request_id}: please include it when you report this)"
+    body = orjson.dumps(envelope)
     headers = [_JSON, (b"content-length", str(len(body)).encode())]
     if exc.retry_after_seconds is not None:  # StoreUnavailable: worth trying again later
         headers.append((b"retry-after", str(exc.retry_after_seconds).encode()))
@@ -41,16 +51,17 @@ def error_answer(exc: OpenRelayError, *, close: bool = False,
     return exc.status, headers, body
 
 
-def error_response(exc: OpenRelayError, path: str = "") -> Response:
-    status, headers, body = error_answer(exc, path=path)
+def error_response(exc: OpenRelayError, request_id: str | None = None, path: str = "") -> Response:
+    status, headers, body = error_answer(exc, request_id=request_id, path=path)
     response = Response(body, status_code=status)
     response.raw_headers = headers
     return response
 
 
-async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False, path: str = "") -> None:
+async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False, request_id: str | None = None,
+                     path: str = "") -> None:
     """Answer ``exc`` from an ASGI middleware, before (instead of) the app."""
-    status, headers, body = error_answer(exc, close=close, path=path)
+    status, headers, body = error_answer(exc, close=close, request_id=request_id, path=path)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -67,20 +78,22 @@ def _framework_refusal(request: Request, exc: StarletteHTTPException) -> OpenRel
 def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OpenRelayError)
     async def _ours(request: Request, exc: OpenRelayError) -> Response:
+        request_id = request_id_of(request.scope)
         if exc.status >= 500:  # the client sees a generic message; the operator needs the real one
-            log.error("%s %s answered %d: %s", request.method, request.url.path, exc.status, exc.message)
-        return error_response(exc, request.url.path)
+            log.error("%s %s answered %d: %s (request_id=%s)", request.method, request.url.path, exc.status,
+                      exc.message, request_id)
+        return error_response(exc, request_id, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
         return error_response(InvalidRequest(f"{param}: {first.get('msg', 'invalid request')}", param=param),
-                              request.url.path)
+                              request_id_of(request.scope), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        return error_response(_framework_refusal(request, exc), request.url.path)
+        return error_response(_framework_refusal(request, exc), request_id_of(request.scope), request.url.path)
 
 
 def _unknown_url(request: Request) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from .. import tracing
 from ..blobs.base import BlobStore
 from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import Catalog
@@ -63,7 +64,8 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | No
     try:
         if bad_body is not None:
             raise bad_body
-        return _create(rt, key, body, claim, keep_all_rejected)
+        with tracing.span("batch create", {"openrelay.org_id": key.org_id}):
+            return _create(rt, key, body, claim, keep_all_rejected)
     except BaseException:
         if claim is not None:
             # Only a 200 is kept. A claim we cannot delete now goes stale and is taken over by a later retry.
@@ -140,6 +142,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None,
                        blob_key=blob_key, rejections_file_id=rejections_file_id, threshold=threshold)
     if result.accepted == 0:  # nothing to run: a worker ends it at once, its rejections its error lines
         batch = dataclasses.replace(batch, status=BatchStatus.FINALIZING)
+    tracing.note("openrelay.batch_id", batch_id)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
     try:
         rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer,
