@@ -161,7 +161,9 @@ def test_keys_errors_and_what_other_organizations_see(server):
     with pytest.raises(anthropic.AuthenticationError) as refused:
         sdk(server, api_key="sk-wrong").messages.batches.list()
     assert refused.value.body == {"type": "error", "error": {"type": "authentication_error",
-                                                             "message": "Incorrect API key provided."}}
+                                                             "message": "Incorrect API key provided."},
+                                  "request_id": refused.value.request_id}  # Anthropic's envelope carries it
+    assert refused.value.request_id.startswith("req_")
     assert sdk(server, auth_token=server.api_key).messages.batches.retrieve(made.id).id == made.id  # Bearer
     other = sdk(server, api_key=server.new_org_key())
     for call in (lambda c: c.messages.batches.retrieve(made.id), lambda c: c.messages.batches.cancel(made.id)):
@@ -173,7 +175,8 @@ def test_keys_errors_and_what_other_organizations_see(server):
         client.messages.batches.retrieve(chat_batch(server))  # a batch of another endpoint is no message batch
     answer = server.http("POST", "/messages/batches", json={"requests": [request("a")], "extra": 1})
     assert answer.status_code == 400 and answer.json() == {"type": "error", "error": {
-        "type": "invalid_request_error", "message": "extra: Extra inputs are not permitted"}}
+        "type": "invalid_request_error", "message": "extra: Extra inputs are not permitted"},
+        "request_id": answer.headers["x-request-id"]}
     answer = server.http("POST", "/messages/batches", json={"requests": []})
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
     answer = server.http("POST", "/messages", json=request("a")["params"])  # Anthropic's synchronous route
@@ -246,4 +249,5 @@ engine = {{ kind = "openai", base_url = "{engine_url}" }}
     with pytest.raises(anthropic.APIStatusError) as refused:
         client.messages.batches.create(requests=[request(f"r{i}", "x" * 100) for i in range(40)])
     assert refused.value.status_code == 413 and refused.value.body == {"type": "error", "error": {
-        "type": "request_too_large", "message": "The request body is over its 4000-byte limit."}}
+        "type": "request_too_large", "message": "The request body is over its 4000-byte limit."},
+        "request_id": refused.value.request_id}

@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import PayloadTooLarge
+from ..http.request_ids import request_id_of
 from .errors import send_error
 
 __all__ = ["BodyLimits"]
@@ -55,7 +56,8 @@ class BodyLimits:
         limit, hint = limited
         if declared is not None:
             if int(declared) > limit:  # httptools has checked it is a number
-                await send_error(send, _too_large(limit, hint), close=True, path=scope["path"])
+                await send_error(send, _too_large(limit, hint), close=True, request_id=request_id_of(scope),
+                                 path=scope["path"])
             else:
                 await self.app(scope, receive, send)
             return
