@@ -32,6 +32,9 @@ middlewares and the connection alike)::
     ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
     └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 
+On Anthropic's routes (``/v1/messages/...``) the same errors go out in Anthropic's envelope instead,
+``{"type": "error", "error": {"type", "message"}}``, its ``type`` by status (``anthropic_error``).
+
 Driver exceptions (SQLAlchemy, OS errors of the blob store, httpx) are translated at the boundary of the module
 that owns the driver; nothing above ``store/``, ``blobs/`` or ``engines/`` sees them.
 """
@@ -42,6 +45,8 @@ from typing import Any
 
 __all__ = [
     "error_envelope",
+    "anthropic_error",
+    "anthropic_envelope",
     "OpenRelayError",
     "InvalidRequest",
     "NoValidRecords",
@@ -73,6 +78,24 @@ def error_envelope(message: str, *, type_: str = "invalid_request_error", code: 
     if extra:
         body.update(extra)
     return {"error": body}
+
+
+# Anthropic's error types by HTTP status (its SDK's ``ErrorObject`` union); any other 4xx is a request error.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+def anthropic_error(status: int | None, message: str) -> dict[str, Any]:
+    """Anthropic's error object, ``{"type": "error", "error": {"type", "message"}}``, for an answer of
+    ``status`` (None: a request refused before it ran, a request error)."""
+    kind = _ANTHROPIC_TYPES.get(status or 400) or ("api_error" if (status or 400) >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_envelope(exc: OpenRelayError) -> dict[str, Any]:
+    """``exc`` as Anthropic's routes answer it."""
+    return anthropic_error(exc.status, exc.public_message or exc.message)
 
 
 class OpenRelayError(Exception):

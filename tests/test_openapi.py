@@ -248,6 +248,27 @@ def test_every_operation_answers_as_documented(live_server: Server, engine_url: 
     assert live.wait(held["id"])["status"] == "cancelled"
     _call(live, "GET", "/v1/batches", 200, query={"status": "cancelled"})
 
+    # Anthropic's message batches: its shapes and its error envelope
+    message = {"requests": [{"custom_id": "m", "params": {"model": "test/echo", "max_tokens": 8,
+                                                          "messages": [{"role": "user", "content": "hi"}]}}]}
+    made = _call(live, "POST", "/v1/messages/batches", 200, body=message).json()
+    _call(live, "POST", "/v1/messages/batches", 400, body={"requests": []})
+    _call(live, "POST", "/v1/messages/batches", 401, key="orl-not-a-key", body=message)
+    _call(live, "POST", "/v1/messages/batches", 402, key=spent, body=message)
+    _call(live, "POST", "/v1/messages/batches", 403, key=read_only, body=message)
+    _call(live, "GET", "/v1/messages/batches/{batch_id}", 404, path_parameters={"batch_id": created["id"]})
+    live.wait(made["id"])
+    message_path = {"path_parameters": {"batch_id": made["id"]}}
+    _call(live, "GET", "/v1/messages/batches/{batch_id}", 200, **message_path)
+    assert _call(live, "GET", "/v1/messages/batches", 200, query={"limit": 1}).json()["first_id"] == made["id"]
+    _call(live, "GET", "/v1/messages/batches", 400, query={"limit": 0})
+    _call(live, "GET", "/v1/messages/batches", 404, query={"after_id": "batch_000000000000"})
+    assert b'"succeeded"' in _call(live, "GET", "/v1/messages/batches/{batch_id}/results", 200,
+                                   **message_path).content
+    _call(live, "POST", "/v1/messages/batches/{batch_id}/cancel", 409, **message_path)
+    _call(live, "DELETE", "/v1/messages/batches/{batch_id}", 200, **message_path)
+    _call(live, "DELETE", "/v1/messages/batches/{batch_id}", 404, **message_path)
+
     _call(live, "DELETE", "/v1/files/{file_id}", 200, path_parameters={"file_id": file["id"]})
     _call(live, "DELETE", "/v1/files/{file_id}", 404, path_parameters={"file_id": file["id"]})
     _call(live, "GET", "/v1/files/{file_id}", 404, path_parameters={"file_id": file["id"]})
@@ -268,6 +289,9 @@ NUL_CASES = [
     ("GET", "/v1/files", 200, {"query": {"purpose": "\x00"}}),
     ("POST", "/v1/batches", 404, {"body": {"input_file_id": "file-\x00", "endpoint": "/v1/chat/completions",
                                            "completion_window": "24h"}}),
+    ("GET", "/v1/messages/batches/{batch_id}", 404, {"path_parameters": {"batch_id": "batch_\x00"}}),
+    ("DELETE", "/v1/messages/batches/{batch_id}", 404, {"path_parameters": {"batch_id": "batch_\x00"}}),
+    ("GET", "/v1/messages/batches", 404, {"query": {"before_id": "batch_\x00"}}),
 ]
 def _nul_case_id(method: str, path: str, case: dict[str, Any]) -> str:
     where = case.get("query") or case.get("path_parameters") or case.get("body") or {}
