@@ -112,7 +112,7 @@ batches = Table(
     Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
     Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # of its key's hard budget (0016)
     Column("output_expires_seconds", Integer),  # output_expires_after.seconds: its result files' expiry (0014)
-    Column("unrun", Integer, nullable=False, default=0),  # records an ended batch never started (0022)
+    Column("unrun", Integer, nullable=False, default=0),  # records an ended batch never started (0023)
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
     Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
@@ -120,7 +120,7 @@ batches = Table(
     Index("ix_batches_org_model_order", "org_id", "model", "created_ns", "id"),
     # The batches made from a file (the dashboard's Files page and file picker; migration 0013).
     Index("ix_batches_org_input_file", "org_id", "input_file_id", "created_ns", "id"),
-    # Anthropic's list of message batches: this organization's of one endpoint, newest first (migration 0022).
+    # Anthropic's list of message batches: this organization's of one endpoint, newest first (migration 0023).
     Index("ix_batches_org_endpoint_order", "org_id", "endpoint", "created_ns", "id"),
 )
 
