@@ -316,12 +316,12 @@ def test_a_record_starts_only_when_its_worst_case_fits_in_what_its_batch_holds()
     with billing.holding(1, body), billing.holding(2, body) as second:
         with pytest.raises(NoRoom) as refused, billing.holding(3, body):
             pass
-        assert refused.value.code == "key_budget_exceeded" and f"up to {cost} nano-USD" in refused.value.message
-        usage, billed = second.bill(over)
+        assert refused.value.code == "key_budget_exceeded" and f"up to {cost} nano-USD" in str(refused.value)
+        usage, billed = billing.bill(second, over)
         assert (usage.input_tokens, usage.output_tokens, billed) == (3, 10, price.cost(3, 10))
     assert billing.room == 2 * cost - billed  # the first ended unbilled (an error line): its hold came back whole
     with billing.holding(3, body):
         pass
     soft = Billing(dataclasses.replace(batch, reserved_nano_usd=0), spec, price)
     with soft.holding(1, body) as hold:
-        assert hold.bill(over)[1] == price.cost(3, 5000)
+        assert soft.bill(hold, over)[1] == price.cost(3, 5000)

@@ -40,7 +40,7 @@ def add_file_routes(router: APIRouter, ctx: ApiContext) -> None:
     async def file_content(request: Request, file_id: str) -> Response:
         wanted = requested_range(request.headers.get("range"))
         record, span, chunks = await ctx.as_reader(request, lambda key: file_service.file_content(
-            rt, key, file_id, None if wanted is None else wanted.span))
+            rt, key, file_id, wanted))
         if span is None:
             return StreamingResponse(chunks, media_type="application/octet-stream", headers={
                 "content-length": str(record.bytes), "accept-ranges": "bytes"})

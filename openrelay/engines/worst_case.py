@@ -18,7 +18,8 @@ __all__ = ["DEFAULT_MAX_TOKENS", "WorstCase", "default_max_tokens", "output_limi
 DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
 TEMPLATE_TOKENS = 256  # what a chat template may add: special tokens, a default system prompt, tool instructions
 MEDIA_TOKENS = 16_384  # an image, audio or file part: Qwen2-VL's most tokens per image, the largest we know
-_MEDIA_PARTS = frozenset({"image_url", "input_image", "input_audio", "input_file", "file", "video_url"})
+_MEDIA_PARTS = tuple(b'"type":"%s"' % kind for kind in (b"image_url", b"input_image", b"input_audio", b"input_file",
+                                                         b"file", b"video_url"))
 _LLAMA_MAX_TOKENS = 256  # engines/llama_local.py's default for an engine without max_tokens
 _LLAMA_N_CTX = 2048
 
@@ -59,8 +60,9 @@ def worst_case(spec: ModelSpec, endpoint: str, body: dict[str, Any]) -> WorstCas
     sent = {k: v for k, v in body.items() if k != "openrelay"}
     counted = counter_for(spec).count(endpoint, sent)
     tokens = counted.tokens
-    if not counted.exact:
-        tokens = len(msgspec.json.encode(sent)) + TEMPLATE_TOKENS + MEDIA_TOKENS * _media_parts(sent)
+    if not counted.exact:  # JSON without spaces: a part's "type" reads so only as a key, never inside a text
+        encoded = msgspec.json.encode(sent)
+        tokens = len(encoded) + TEMPLATE_TOKENS + MEDIA_TOKENS * sum(map(encoded.count, _MEDIA_PARTS))
     limit = output_limit(endpoint, sent, spec)
     if spec.engine.get("kind") == "llama-cpp":
         limit = max(0, min(limit, int(spec.engine.get("n_ctx", _LLAMA_N_CTX)) - counted.tokens))
@@ -70,15 +72,3 @@ def worst_case(spec: ModelSpec, endpoint: str, body: dict[str, Any]) -> WorstCas
         calls = (rounds if type(rounds) is int and rounds > 0 else DEFAULT_MAX_ROUNDS) + 1
     return WorstCase(counted=counted, input_tokens=tokens * calls, output_tokens=limit * calls, calls=calls)
 
-
-def _media_parts(body: dict[str, Any]) -> int:
-    """Objects anywhere in the body whose ``type`` names an image, audio or file part."""
-    found, stack = 0, [body]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            found += value.get("type") in _MEDIA_PARTS
-            stack.extend(v for v in value.values() if isinstance(v, dict | list))
-        elif isinstance(value, list):
-            stack.extend(v for v in value if isinstance(v, dict | list))
-    return found

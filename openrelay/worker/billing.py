@@ -24,29 +24,19 @@ log = logging.getLogger("openrelay.worker")
 
 
 class NoRoom(Exception):
-    """A record whose worst case does not fit in what its batch's reservation has left: it ends with this error."""
+    """A record whose worst case does not fit in what its batch's reservation has left: its error line's."""
 
     code = "key_budget_exceeded"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(slots=True)
 class Hold:
     """A running record's share of the batch's reservation: its worst case's cost."""
 
-    billing: Billing
     line: int
     worst: WorstCase
     cost: int
     billed: bool = False
-
-    def bill(self, answer: dict[str, Any]) -> tuple[RecordUsage, int]:
-        """The usage and cost of the record's answer; what the hold had beyond that cost goes back."""
-        self.billed = True
-        return self.billing.bill(self, answer)
 
 
 class Billing:
@@ -60,9 +50,9 @@ class Billing:
     @contextlib.contextmanager
     def holding(self, line: int, body: dict[str, Any]) -> Iterator[Hold]:
         """The record's hold while it runs; ``NoRoom`` when its worst case does not fit. A record that ends
-        without ``Hold.bill`` (an error line, or stopped) gives its hold back whole."""
+        unbilled (an error line, or stopped) gives its hold back whole."""
         worst = worst_case(self.spec, self.batch.endpoint, body)
-        hold = Hold(self, line, worst, self.price.cost(worst.input_tokens, worst.output_tokens))
+        hold = Hold(line, worst, self.price.cost(worst.input_tokens, worst.output_tokens))
         if self.room is not None:
             if hold.cost > self.room:
                 raise NoRoom(f"this request may cost up to {hold.cost} nano-USD and what its batch holds of the "
@@ -75,6 +65,8 @@ class Billing:
                 self.room += hold.cost
 
     def bill(self, hold: Hold, answer: dict[str, Any]) -> tuple[RecordUsage, int]:
+        """The usage and cost of the record's answer; what the hold had beyond that cost goes back."""
+        hold.billed = True
         usage = record_usage(self.batch.endpoint, answer)
         worst = hold.worst
         over = [name for name, reported, most in (("prompt", usage.input_tokens, worst.input_tokens),
@@ -82,7 +74,7 @@ class Billing:
                 if reported > most and not (name == "prompt" and worst.calls > 1)]  # tool results grow prompts
         for name in over:
             OVER_REPORTS.labels(self.spec.name, name).inc()
-        if over:
+        if over:  # a warning for the run's first: an engine that ignores max_tokens does so for every record
             (log.debug if self._logged else log.warning)(
                 "batch %s line %d: the engine reported %d prompt and %d completion tokens, past the record's worst "
                 "case of %d and %d%s", self.batch.id, hold.line, usage.input_tokens, usage.output_tokens,

@@ -249,7 +249,7 @@ class BatchRun:
             with self.billing.holding(line, record["body"]) as hold:
                 reply = await self._answer(record["body"], group)
                 if 200 <= reply.status_code < 300:
-                    usage, cost = hold.bill(reply.body)
+                    usage, cost = self.billing.bill(hold, reply.body)
                     data = output_line(custom_id, reply.body, catalog_model=self.spec.name)
                     self.writer.add_output(line, data, usage=usage, cost=cost)
                     self.abort.settled(failed=False)
@@ -262,7 +262,7 @@ class BatchRun:
                 self.writer.add_error(line, error_line(custom_id, code=code, message=message))
             return False
         except (_RecordFailed, NoRoom) as exc:
-            self.writer.add_error(line, error_line(custom_id, code=exc.code, message=exc.message))
+            self.writer.add_error(line, error_line(custom_id, code=exc.code, message=str(exc)))
             self.abort.settled(failed=True)
         except Exception as exc:  # noqa: BLE001 - whatever else breaks is this record's failure, not the batch's
             log.exception("batch %s: record at line %d failed", self.batch.id, line)
