@@ -268,12 +268,16 @@ def test_the_document_refuses_what_the_server_refuses(live_server: Server) -> No
     sent (the server refuses it with 400, or takes it: 200, or 404 for a retry of an unknown batch)."""
     live = live_server
     seconds, anchor = "expires_after[seconds]", "expires_after[anchor]"
+    one_part = json.dumps({"anchor": "created_at", "seconds": 3600})
     uploads = [({seconds: "3600"}, False), ({anchor: "created_at"}, False), ({anchor: "created_at", seconds: "1"},
-               False), ({anchor: "created_at", seconds: "0003600"}, True), ({"note": "x"}, True)]
+               False), ({anchor: "created_at", seconds: "0003600"}, True), ({"note": "x"}, True),
+               ({"expires_after": one_part}, True),
+               ({"expires_after": json.dumps({"anchor": "created_at", "seconds": 60})}, False)]
     for fields, takes in uploads:
         answer = live.http("POST", "/files", files={"file": ("in.jsonl", _JSONL)}, data={"purpose": "batch", **fields})
         assert answer.status_code == (200 if takes else 400), (fields, answer.text)
-        assert _schema_takes(_FORM, {"file": "x", "purpose": "batch", **fields}) is takes, fields
+        parts = {k: json.loads(v) if k == "expires_after" else v for k, v in fields.items()}
+        assert _schema_takes(_FORM, {"file": "x", "purpose": "batch", **parts}) is takes, fields
     creates = [({"output_expires_after": None}, True),
                ({"output_expires_after": {"anchor": "created_at", "seconds": 60}}, False)]
     for fields, takes in creates:
