@@ -10,8 +10,8 @@ from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["RECORDS", "OVER_REPORTS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT",
-           "ENGINE_CONCURRENCY_LIMIT", "WEBHOOK_ATTEMPTS", "POLL_READS", "register_queue_depths"]
+__all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "ENGINE_CONCURRENCY_LIMIT",
+           "WEBHOOK_ATTEMPTS", "POLL_READS", "OVER_REPORTS", "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
 
