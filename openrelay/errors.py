@@ -81,12 +81,12 @@ class OpenRelayError(Exception):
     code: str | None = "server_error"
     public_message: str | None = None  # what a client is told instead of ``message``, which is for the log
     retry_after_seconds: int | None = None  # a ``Retry-After`` for the answer: worth trying again this much later
-    headers: tuple[tuple[str, str], ...] = ()  # more headers of the answer, (lower-case name, value)
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers  # more headers of the answer, (lower-case name, value): Allow, Content-Range
         if code is not None:
             self.code = code
         self.param = param
@@ -160,16 +160,11 @@ def no_such(kind: str, object_id: str, *, param: str | None = None) -> NotFound:
 
 
 class MethodNotAllowed(OpenRelayError):
-    """A URL we serve, asked with a method it does not take (the router's refusal); ``allow``: the methods it
-    takes, the answer's ``Allow``."""
+    """A URL we serve, asked with a method it does not take (the router's refusal), with ``Allow``."""
 
     status = 405
     type = "invalid_request_error"
     code = "method_not_allowed"
-
-    def __init__(self, message: str, *, allow: str) -> None:
-        super().__init__(message)
-        self.headers = (("allow", allow),)
 
 
 class RangeNotSatisfiable(OpenRelayError):
@@ -179,10 +174,6 @@ class RangeNotSatisfiable(OpenRelayError):
     status = 416
     type = "invalid_request_error"
     code = "range_not_satisfiable"
-
-    def __init__(self, message: str, *, size: int) -> None:
-        super().__init__(message)
-        self.headers = (("content-range", f"bytes */{size}"),)
 
 
 class CsrfRefused(OpenRelayError):

@@ -5,6 +5,7 @@ tests/test_create_refusals.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import re
@@ -313,15 +314,20 @@ def test_a_record_starts_only_when_its_worst_case_fits_in_what_its_batch_holds()
                   model="test/echo", created_at=0, expires_at=1, reserved_nano_usd=2 * cost)
     billing = Billing(batch, spec, price)
     over = {"usage": {"prompt_tokens": 3, "completion_tokens": 5000}}
-    with billing.holding(1, body), billing.holding(2, body) as second:
-        with pytest.raises(NoRoom) as refused, billing.holding(3, body):
+
+    async def run() -> None:
+        async with billing.holding(1, body), billing.holding(2, body) as second:
+            with pytest.raises(NoRoom) as refused:
+                async with billing.holding(3, body):
+                    pass
+            assert refused.value.code == "key_budget_exceeded" and f"up to {cost} nano-USD" in str(refused.value)
+            usage, billed = billing.bill(second, over)
+            assert (usage.input_tokens, usage.output_tokens, billed) == (3, 10, price.cost(3, 10))
+        assert billing.room == 2 * cost - billed  # the first ended unbilled (an error line): its hold came back
+        async with billing.holding(3, body):
             pass
-        assert refused.value.code == "key_budget_exceeded" and f"up to {cost} nano-USD" in str(refused.value)
-        usage, billed = billing.bill(second, over)
-        assert (usage.input_tokens, usage.output_tokens, billed) == (3, 10, price.cost(3, 10))
-    assert billing.room == 2 * cost - billed  # the first ended unbilled (an error line): its hold came back whole
-    with billing.holding(3, body):
-        pass
-    soft = Billing(dataclasses.replace(batch, reserved_nano_usd=0), spec, price)
-    with soft.holding(1, body) as hold:
-        assert soft.bill(hold, over)[1] == price.cost(3, 5000)
+        soft = Billing(dataclasses.replace(batch, reserved_nano_usd=0), spec, price)
+        async with soft.holding(1, body) as hold:
+            assert soft.bill(hold, over)[1] == price.cost(3, 5000)
+
+    asyncio.run(run())

@@ -64,7 +64,7 @@ def _framework_refusal(request: Request, exc: StarletteHTTPException) -> OpenRel
     if exc.status_code == 405:
         allow = ", ".join(sorted(_methods_at(request)))
         return MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}; it takes {allow}",
-                                allow=allow)
+                                headers=(("allow", allow),))
     return InvalidRequest(str(exc.detail), code="server_error")  # the code these have always carried
 
 

@@ -13,8 +13,9 @@ from ..catalog import ModelSpec
 from ..validation.tool_config import DEFAULT_MAX_ROUNDS
 from .counting import Count, counter_for
 
-__all__ = ["DEFAULT_MAX_TOKENS", "WorstCase", "default_max_tokens", "output_limit", "worst_case"]
+__all__ = ["DEFAULT_MAX_TOKENS", "COUNTED_IN_PROCESS", "WorstCase", "default_max_tokens", "output_limit", "worst_case"]
 
+COUNTED_IN_PROCESS = ("llama-cpp", "onnx-embeddings", "rapidocr")  # engine kinds engines.counting counts exactly
 DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
 TEMPLATE_TOKENS = 256  # what a chat template may add: special tokens, a default system prompt, tool instructions
 MEDIA_TOKENS = 16_384  # an image, audio or file part: Qwen2-VL's most tokens per image, the largest we know

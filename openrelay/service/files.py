@@ -103,7 +103,7 @@ def file_content(rt: Runtime, key: ApiKey, file_id: str, span: Callable[[int], t
     part = None if span is None else span(record.bytes)
     if span is not None and part is None:
         raise RangeNotSatisfiable(f"the file has {record.bytes} bytes; none of them is in the range asked for",
-                                  size=record.bytes)
+                                  headers=(("content-range", f"bytes */{record.bytes}"),))
     start, stop = part or (0, record.bytes)
     if isinstance(record, PartialFile):
         return record, part, _cut(read_partial(rt.blobs, record, start), stop - start)

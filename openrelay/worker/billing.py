@@ -5,15 +5,16 @@ counts an engine's over-report (usage past the worst case) in the log and on ``/
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..catalog import ModelSpec, TokenPrice
-from ..engines.worst_case import WorstCase, worst_case
+from ..engines.worst_case import COUNTED_IN_PROCESS, WorstCase, worst_case
 from ..metrics import OVER_REPORTS
 from ..types import Batch
 from .usage import RecordUsage, record_usage
@@ -47,11 +48,14 @@ class Billing:
         self.room: int | None = batch.reserved_nano_usd or None
         self._logged = False
 
-    @contextlib.contextmanager
-    def holding(self, line: int, body: dict[str, Any]) -> Iterator[Hold]:
+    @contextlib.asynccontextmanager
+    async def holding(self, line: int, body: dict[str, Any]) -> AsyncIterator[Hold]:
         """The record's hold while it runs; ``NoRoom`` when its worst case does not fit. A record that ends
         unbilled (an error line, or stopped) gives its hold back whole."""
-        worst = worst_case(self.spec, self.batch.endpoint, body)
+        if self.spec.engine.get("kind") in COUNTED_IN_PROCESS:  # a tokenizer or a model counts: not on the loop
+            worst = await asyncio.to_thread(worst_case, self.spec, self.batch.endpoint, body)
+        else:
+            worst = worst_case(self.spec, self.batch.endpoint, body)
         hold = Hold(line, worst, self.price.cost(worst.input_tokens, worst.output_tokens))
         if self.room is not None:
             if hold.cost > self.room:

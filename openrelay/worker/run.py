@@ -249,7 +249,7 @@ class BatchRun:
         custom_id = record["custom_id"]
         request_id = new_request_id()
         try:
-            with self.billing.holding(line, record["body"]) as hold:
+            async with self.billing.holding(line, record["body"]) as hold:
                 with tracing.engine_calls(request_id, self.batch.id, line):
                     reply = await self._answer(record["body"], group)
                 if 200 <= reply.status_code < 300:
