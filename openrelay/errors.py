@@ -16,11 +16,11 @@ middlewares and the connection alike)::
     ├── InsufficientScope                403 insufficient_scope
     ├── CsrfRefused                      403 csrf_refused            a dashboard form without its session's token
     ├── NotFound                         404 not_found               ``no_such`` words the "No such ... object"
-    ├── MethodNotAllowed                 405 server_error            a URL asked with a method it does not take
+    ├── MethodNotAllowed                 405 method_not_allowed      a URL asked with a method it does not take
     ├── RequestTimeout                   408 request_timeout         a request's head or body not read in time
     ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
     ├── PayloadTooLarge                  413 file_too_large (uploads) | request_too_large (JSON bodies)
-    ├── RangeNotSatisfiable              416 range_not_satisfiable   a download's ``Range`` past the file's end
+    ├── RangeNotSatisfiable              416 range_not_satisfiable   a download's ``Range`` the file has no byte of
     ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
     ├── HeadersTooLarge                  431 headers_too_large       request line and headers over their limit
     ├── StoreError                       500 store_error             a database or blob failure, translated
@@ -106,9 +106,10 @@ class OpenRelayError(Exception):
     retry_after_seconds: int | None = None  # a ``Retry-After`` for the answer: worth trying again this much later
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers  # more headers of the answer, (lower-case name, value): Allow, Content-Range
         if code is not None:
             self.code = code
         self.param = param
@@ -182,15 +183,16 @@ def no_such(kind: str, object_id: str, *, param: str | None = None) -> NotFound:
 
 
 class MethodNotAllowed(OpenRelayError):
-    """A URL we serve, asked with a method it does not take (the router's refusal). Its code has always been the
-    base class's ``server_error``; OpenAI's is null."""
+    """A URL we serve, asked with a method it does not take (the router's refusal), with ``Allow``."""
 
     status = 405
     type = "invalid_request_error"
+    code = "method_not_allowed"
 
 
 class RangeNotSatisfiable(OpenRelayError):
-    """``Range: bytes=N-`` with N at or past the file's end: nothing new yet, for a follower."""
+    """A download's ``Range`` that the file has no byte of (``bytes=N-`` at or past its end: nothing new yet, for a
+    follower); the answer's ``Content-Range`` gives the file's size."""
 
     status = 416
     type = "invalid_request_error"

@@ -213,6 +213,7 @@ class Batch:
     output_tokens: int = 0
     reasoning_tokens: int = 0  # of output_tokens
     cost_nano_usd: int = 0
+    reserved_nano_usd: int = 0  # what it still holds of its key's hard budget (store/budgets.py)
     metadata: dict[str, str] | None = None
     failure_threshold: dict[str, Any] | None = None  # the early abort's rule (failure_threshold.py), or None
     started: bool = False

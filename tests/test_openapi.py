@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import schemathesis
 from schemathesis import checks as st_checks
@@ -272,6 +273,47 @@ def test_every_operation_answers_as_documented(live_server: Server, engine_url: 
     _call(live, "DELETE", "/v1/files/{file_id}", 200, path_parameters={"file_id": file["id"]})
     _call(live, "DELETE", "/v1/files/{file_id}", 404, path_parameters={"file_id": file["id"]})
     _call(live, "GET", "/v1/files/{file_id}", 404, path_parameters={"file_id": file["id"]})
+
+
+def _schema_takes(pointer: str, instance: Any) -> bool:
+    """Whether the document's schema at ``pointer`` (a JSON pointer into the document) accepts ``instance``."""
+    return jsonschema.Draft202012Validator({**_document(), "$ref": pointer}).is_valid(instance)
+
+
+_FORM = "#/paths/~1v1~1files/post/requestBody/content/multipart~1form-data/schema"
+_JSONL = json.dumps(_record("a")).encode() + b"\n"
+
+
+def test_the_document_refuses_what_the_server_refuses(live_server: Server) -> None:
+    """Issue 34 part 6: for each request here, the document's schema and the server agree on whether it may be
+    sent (the server refuses it with 400, or takes it: 200, or 404 for a retry of an unknown batch)."""
+    live = live_server
+    seconds, anchor = "expires_after[seconds]", "expires_after[anchor]"
+    one_part = json.dumps({"anchor": "created_at", "seconds": 3600})
+    uploads = [({seconds: "3600"}, False), ({anchor: "created_at"}, False), ({anchor: "created_at", seconds: "1"},
+               False), ({anchor: "created_at", seconds: "0003600"}, True), ({"note": "x"}, True),
+               ({"expires_after": one_part}, True),
+               ({"expires_after": json.dumps({"anchor": "created_at", "seconds": 60})}, False)]
+    for fields, takes in uploads:
+        answer = live.http("POST", "/files", files={"file": ("in.jsonl", _JSONL)}, data={"purpose": "batch", **fields})
+        assert answer.status_code == (200 if takes else 400), (fields, answer.text)
+        parts = {k: json.loads(v) if k == "expires_after" else v for k, v in fields.items()}
+        assert _schema_takes(_FORM, {"file": "x", "purpose": "batch", **parts}) is takes, fields
+    creates = [({"output_expires_after": None}, True),
+               ({"output_expires_after": {"anchor": "created_at", "seconds": 60}}, False)]
+    for fields, takes in creates:
+        body = _create([_record("a")], **fields)
+        assert live.http("POST", "/batches", json=body).status_code == (200 if takes else 400), fields
+        assert _schema_takes("#/components/schemas/BatchCreateRequest", body) is takes, fields
+    for body, takes in (({"codes": None}, True), ({"codes": []}, False), ({"codes": [""]}, False)):
+        answer = live.http("POST", "/batches/batch_000000000000/retry", json=body)
+        assert answer.status_code == (404 if takes else 400), (body, answer.text)
+        assert _schema_takes("#/components/schemas/RetryRequest", body) is takes, body
+    hooks = [({"url": "https://hooks.example.com/x"}, True), ({"url": "ftp://hooks.example.com/x"}, False),
+             ({"url": "https://hooks.example.com/x", "secret": "mine"}, False)]
+    for body, takes in hooks:
+        assert live.http("POST", "/webhooks", json=body).status_code == (200 if takes else 400), body
+        assert _schema_takes("#/components/schemas/WebhookCreateRequest", body) is takes, body
 
 
 NUL_CASES = [

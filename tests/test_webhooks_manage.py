@@ -167,6 +167,22 @@ def test_unknown_event_types_are_refused(org: Server, events: object) -> None:
     assert error["param"] == "events" and "event type" in error["message"]
 
 
+def test_unusable_addresses_are_refused_at_registration(org: Server, receiver: Receiver) -> None:
+    """Forms of the receiver's own loopback address that no delivery can use (issue 34 part 6), although the
+    catalog's [webhooks] allow lets 127.0.0.1 on this port be reached: 400 naming url, nothing registered."""
+    port = receiver.base.rsplit(":", 1)[1]
+    before = org.http("GET", "/webhooks").json()["data"]
+    for host in ("[::127.0.0.1]", "127.000.000.001", "127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1",
+                 "127.0.0.1.", "[::]", "0.0.0.0", "224.0.0.1", "[ff02::1]", "240.0.0.1", "[2002::]"):
+        answer = org.http("POST", "/webhooks", json={"url": f"http://{host}:{port}/hooks/x"})
+        assert answer.status_code == 400, (host, answer.text)
+        assert answer.json()["error"]["param"] == "url", host
+        refused = org.admin("webhook", "add", "--org", org.org, "--url", f"http://{host}:{port}/hooks/x")
+        assert refused.returncode == 2 and refused.stdout == "", (host, refused)
+    assert org.http("GET", "/webhooks").json()["data"] == before
+    assert org.http("POST", "/webhooks", json={"url": receiver.url("usual-form")}).status_code == 200
+
+
 def test_admin_refuses_unknown_event_types(org: Server) -> None:
     refused = org.admin("webhook", "add", "--org", org.org, "--url", "https://hooks.example.com/f", "--events",
                         "batch.completed,batch.nope")

@@ -46,6 +46,7 @@ def error_answer(exc: OpenRelayError, *, close: bool = False, request_id: str | 
     headers = [_JSON, (b"content-length", str(len(body)).encode())]
     if exc.retry_after_seconds is not None:  # StoreUnavailable: worth trying again later
         headers.append((b"retry-after", str(exc.retry_after_seconds).encode()))
+    headers.extend((name.encode(), value.encode()) for name, value in exc.headers)
     if close:
         headers.append(_CLOSE)
     return exc.status, headers, body
@@ -71,7 +72,9 @@ def _framework_refusal(request: Request, exc: StarletteHTTPException) -> OpenRel
     if exc.status_code == 404:
         return NotFound(_unknown_url(request))
     if exc.status_code == 405:
-        return MethodNotAllowed(str(exc.detail))
+        allow = ", ".join(sorted(_methods_at(request)))
+        return MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}; it takes {allow}",
+                                headers=(("allow", allow),))
     return InvalidRequest(str(exc.detail), code="server_error")  # the code these have always carried
 
 
@@ -116,6 +119,13 @@ def _unknown_url(request: Request) -> str:
 
 
 _SYNC_PATHS = frozenset(endpoint.removeprefix("/v1") for endpoint in ENDPOINTS)
+
+
+def _methods_at(request: Request) -> set[str]:
+    """Every method some route of the app takes at the request's path (the router's own 405 names only the first
+    route's)."""
+    return {method for route in request.app.router.routes if route.matches(request.scope)[0] is not Match.NONE
+            for method in getattr(route, "methods", None) or ()}
 
 
 def _routes_to(request: Request, path: str) -> bool:
