@@ -56,6 +56,24 @@ def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> Compile
     return CompiledRead(query.limit(sa.bindparam("rows")), cache_by="org_id")
 
 
+@functools.cache
+def _endpoint_query(*, after: bool, before: bool) -> CompiledRead:
+    """A page of one endpoint's batches as records (``COLUMNS``): newest first, older than ``after`` (the
+    anchor's ``created_ns`` and id), or the page just newer than ``before`` read oldest first; index
+    ``ix_batches_org_endpoint_order``."""
+    order = sa.tuple_(batches.c.created_ns, batches.c.id)
+    anchor = sa.tuple_(sa.bindparam("anchor_ns"), sa.bindparam("anchor_id"))
+    query = sa.select(*COLUMNS).where(batches.c.org_id == sa.bindparam("org_id"),
+                                      batches.c.endpoint == sa.bindparam("endpoint"))
+    if after:
+        query = query.where(order < anchor)
+    if before:
+        query = query.where(order > anchor)
+    columns = (batches.c.created_ns, batches.c.id)
+    query = query.order_by(*(c.asc() if before else c.desc() for c in columns))
+    return CompiledRead(query.limit(sa.bindparam("rows")), cache_by="org_id")
+
+
 class Batches(BatchLeases):
     """Batch rows as the API reads and edits them; the workers' claims and leases come from ``BatchLeases``
     (``store/leases.py``), so the one store object serves both."""
@@ -128,6 +146,28 @@ class Batches(BatchLeases):
             params["after_ns"], params["after_id"] = anchor
         found = [api_from_values(v) for v in (yield AllRows(query, params))]
         return found[:limit], len(found) > limit
+
+    def list_of_endpoint(self, org_id: str, endpoint: str, *, limit: int, after: str | None = None,
+                         before: str | None = None) -> tuple[list[Batch], bool]:
+        """A page of the organization's batches on ``endpoint``, newest first: after the batch ``after``, or the
+        page just before ``before`` (404 for an anchor it has none such of); and whether more lie that way."""
+        return run_plan(self.db, self._endpoint_page_plan(org_id, endpoint, limit=limit, after=after, before=before))
+
+    @staticmethod
+    def _endpoint_page_plan(org_id: str, endpoint: str, *, limit: int, after: str | None,
+                            before: str | None) -> Plan[tuple[list[Batch], bool]]:
+        params: dict[str, Any] = {"org_id": org_id, "endpoint": endpoint, "rows": limit + 1}
+        anchor_id = after or before
+        if anchor_id is not None:
+            anchor = None
+            if not holds_nul(anchor_id):
+                anchor = yield FirstRow(_ANCHOR, {"batch_id": anchor_id, "org_id": org_id})
+            if anchor is None:
+                raise no_such("Batch", anchor_id, param="after_id" if after else "before_id")
+            params["anchor_ns"], params["anchor_id"] = anchor
+        rows = yield AllRows(_endpoint_query(after=after is not None, before=before is not None), params)
+        found = [batch_from_values(v) for v in rows[:limit]]
+        return (found[::-1] if before else found), len(rows) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
         if holds_nul(batch_id):
