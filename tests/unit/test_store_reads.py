@@ -134,13 +134,6 @@ def test_a_key_revoked_is_refused_at_once(relay: Relay) -> None:
     error_of(answer, 401, "invalid_api_key")
 
 
-def test_models_lists_the_catalog(relay: Relay) -> None:
-    models = relay.http("GET", "/models").json()
-    assert models["object"] == "list"
-    assert {m["id"]: m["endpoints"] for m in models["data"]} == {
-        "test/echo": ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"], "test/embed": ["/v1/embeddings"]}
-
-
 # -- polls while a batch runs -------------------------------------------------------------------------------------
 
 def test_a_queued_batch_shows_its_place_and_no_start_while_another_runs(tmp_path: Path) -> None:
