@@ -4,7 +4,7 @@ the API and `orl admin webhook`, every terminal status's event signed per Standa
 network rules, and the delivery log.
 
 The kill -9 tests are in tests/test_webhooks_crash.py; the store's outbox and claims in
-tests/test_webhooks_store.py.
+tests/unit/test_webhooks_store.py.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ BURST_TIMEOUT = 60.0  # guards against a hang only: a burst on these settings ta
 @functools.cache
 def _migrated_store() -> Path:
     """A SQLite file with every migration applied, made once per process: each relay starts from a copy of it (a
-    tenth of migrating anew). tests/test_migrations.py shows the migrations themselves."""
+    tenth of migrating anew). tests/unit/test_migrations.py shows the migrations themselves."""
     folder = tempfile.mkdtemp(prefix="orl-unit-store-")
     atexit.register(shutil.rmtree, folder, True)
     path = Path(folder) / "openrelay.db"

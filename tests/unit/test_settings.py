@@ -15,7 +15,7 @@ from openrelay.cli.main import app
 from openrelay.config import GROUPS, BatchLimits, HttpLimits, RetentionSettings, Settings, WorkerSettings, env_var
 from openrelay.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 READ_BY_BUILD = [(name, group, f) for name, group in GROUPS.items() for f in dataclasses.fields(group) if f.metadata]
 
 
