@@ -166,7 +166,8 @@ def test_a_batch_claimed_after_its_window_expires_with_every_record_unrun(tmp_pa
 
 
 def test_a_window_that_ends_during_the_run_keeps_what_finished(tmp_path: Path) -> None:
-    with Relay(tmp_path, catalog=ONE_LANE, window_seconds=1) as relay:
+    # The window is whole seconds from a create's second: 4 leave at least 3 for the claim and the first record.
+    with Relay(tmp_path, catalog=ONE_LANE, window_seconds=4) as relay:
         batch = create(relay, records(5))
 
         async def slow_second(request: EngineRequest) -> EngineReply:
@@ -270,10 +271,9 @@ def test_a_batch_whose_runs_keep_failing_ends_failed_after_its_attempts(tmp_path
     with Relay(tmp_path, env={"OPENRELAY_RUN_ATTEMPTS": "2"}) as relay:
         batch = create(relay, records(3))
         (relay.settings.blob_dir / file_key(batch["input_file_id"])).unlink()
-        for _ in range(20):  # a failed run waits out its backoff in the store: each burst ends before it is due
-            relay.run_until_idle()
-            if get(relay, batch["id"])["status"] == "failed":
-                break
+        deadline = time.monotonic() + 60  # a guard against a hang only
+        while get(relay, batch["id"])["status"] != "failed" and time.monotonic() < deadline:
+            relay.run_until_idle()  # a failed run waits out its backoff in the store: a burst ends before it is due
         done = get(relay, batch["id"])
         assert done["status"] == "failed" and [e["code"] for e in done["errors"]["data"]] == ["batch_run_failed"]
         assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
