@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from ..clock import now
 from ..errors import StoreError, StoreUnavailable, no_such
-from ..ids import now
 from .batch_text import create_text_index
 from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
 from .notices import Notifier, collect_announced, stop_collecting
