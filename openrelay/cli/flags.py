@@ -59,4 +59,3 @@ def refusing_bad_settings() -> Iterator[None]:
     except (CatalogError, ConfigError) as exc:
         typer.echo(f"orl: {exc.message}", err=True)
         raise typer.Exit(2) from None
-
