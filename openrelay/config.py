@@ -192,7 +192,9 @@ def _read(group: type, environ: Mapping[str, str], flags: Mapping[str, Any]) -> 
     """The settings of ``group`` that a flag or a variable gives, by field; a flag given wins."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(group):
-        env, parse, least, flag = (f.metadata.get(key) for key in ("env", "parse", "least", "flag"))
+        if not f.metadata:
+            continue  # a place or a group of Settings, not a setting
+        env, parse, least, flag = (f.metadata[key] for key in ("env", "parse", "least", "flag"))
         given = flags.get(flag.name or f.name) if flag else None
         raw = environ.get(env) if env else None
         if given not in (None, ""):
