@@ -50,8 +50,7 @@ def _store(
 
 
 def admin_settings(**flags: Any) -> Settings:
-    """The settings of this `orl admin`: its places and flags, the subcommand's ``flags``, the environment. One
-    that the process cannot use (a blob URL no store serves) exits 2, its message on stderr."""
+    """This `orl admin`'s settings, with its subcommand's ``flags``; one it cannot use exits 2 (a bad blob URL)."""
     with refusing_bad_settings():
         settings = Settings.build(**_state["places"], **flags)
         if settings.blob_url:
