@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..clock import seconds
 from ..store.batches import Batches
 from ..store.compiled import Plan, run_plan
 from ..store.db import Database
@@ -81,7 +82,7 @@ def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
     live: dict[str, LiveState] = {}
     for model in sorted({b.model for b in found if b.status is BatchStatus.IN_PROGRESS and not b.started}):
         live.update((yield from _queue_plan(model)))
-    now = time.time()
+    now = seconds()
     numbers = {}
     for batch in found:
         state = None
@@ -126,7 +127,7 @@ def page_answer_plan(batches: Batches, key: ApiKey, **query: Any) -> Plan[dict[s
     live: dict[str, LiveState] = {}
     for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):
         live.update((yield from _queue_plan(model)))
-    now = time.time()
+    now = seconds()
     for row in rows:
         counts = row["request_counts"]
         row["openrelay"] = progress_numbers(status=row["status"], in_progress_at=row["in_progress_at"],

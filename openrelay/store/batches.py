@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from ..clock import now
 from ..errors import Conflict, no_such
-from ..ids import now
 from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
 from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
 from .budgets import reserve

@@ -19,8 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from ..clock import now
+from ..config import DatabasePool
 from ..errors import StoreError, StoreUnavailable, no_such
-from ..ids import now
 from .batch_text import create_text_index
 from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
 from .notices import Notifier, collect_announced, stop_collecting
@@ -76,7 +77,7 @@ BACKFILLS: dict[int, Callable[[Connection], None]] = {
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool: DatabasePool = DatabasePool()) -> None:  # noqa: B008 (frozen)
         self.url = normalize_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # SQLite's one writer, as this process's threads take turns at it (another process still waits in the busy
@@ -85,13 +86,14 @@ class Database:
             threading.RLock() if self.is_sqlite else contextlib.nullcontext())
         if self.is_sqlite:
             self.engine: Engine = sa.create_engine(
-                self.url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8,
-                max_overflow=8, isolation_level=None,
+                self.url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=pool.size,
+                max_overflow=pool.overflow, isolation_level=None,
             )
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
-            self.engine = sa.create_engine(self.url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+            self.engine = sa.create_engine(self.url, pool_size=pool.size, max_overflow=pool.overflow,
+                                           pool_pre_ping=True)
         self.notifier = None if self.is_sqlite else Notifier(
             self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
 
