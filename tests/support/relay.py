@@ -9,12 +9,10 @@ says. A ``Relay`` answers ``http`` as a ``Server`` does, so the helpers of tests
 from __future__ import annotations
 
 import asyncio
-import atexit
 import functools
 import itertools
 import logging
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,12 +48,12 @@ BURST_TIMEOUT = 60.0  # guards against a hang only: a burst on these settings ta
 
 
 @functools.cache
-def _migrated_store() -> Path:
-    """A SQLite file with every migration applied, made once per process: each relay starts from a copy of it (a
-    tenth of migrating anew). tests/unit/test_migrations.py shows the migrations themselves."""
-    folder = tempfile.mkdtemp(prefix="orl-unit-store-")
-    atexit.register(shutil.rmtree, folder, True)
-    path = Path(folder) / "openrelay.db"
+def _migrated_store(folder: Path) -> Path:
+    """A SQLite file with every migration applied, made once in ``folder`` (the session's temp dir, beside the
+    tests' own): each relay starts from a copy of it (a tenth of migrating anew). tests/unit/test_migrations.py shows
+    the migrations themselves."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "openrelay.db"
     db = Database(f"sqlite:///{path}")
     db.migrate()
     db.dispose()  # the last connection's close checkpoints the WAL into the file
@@ -87,7 +85,7 @@ class Relay:
         self.catalog_path = root / "catalog.toml"
         self.catalog_path.write_text(catalog or catalog_text(ENGINE_URL))
         (root / "data").mkdir()
-        shutil.copyfile(_migrated_store(), root / "data" / "openrelay.db")
+        shutil.copyfile(_migrated_store(root.parent / "migrated-store"), root / "data" / "openrelay.db")
         self.settings = Settings.build(data_dir=root / "data", database_url=None, catalog_path=self.catalog_path,
                                        window_seconds=window_seconds, environ={**FAST, **(env or {})})
         self._log = _Log()
