@@ -29,6 +29,7 @@ from openrelay.ids import new_batch_id, now, now_ns  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.leases import BatchLeases  # noqa: E402
 from openrelay.store.results import Results  # noqa: E402
 from openrelay.store.webhooks import WebhookStore  # noqa: E402
 from openrelay.types import Batch, BatchStatus  # noqa: E402
@@ -45,7 +46,7 @@ def finalize_times(db: Database, org_id: str, key_id: str, count: int) -> list[f
                              input_file_id="file-x", input_blob_key="files/x", completion_window="24h",
                              priority="standard", status=BatchStatus.IN_PROGRESS, model="m", created_at=created,
                              expires_at=created + 86_400, total=1), now_ns(), [])
-        assert batches.claim("bench", {"m": 10 ** 9}, 60.0) is not None
+        assert BatchLeases(db).claim("bench", {"m": 10 ** 9}, 60.0) is not None
         started = time.perf_counter()
         results.finalize(batch_id, "bench", status=BatchStatus.COMPLETED, output=None, error=None, org_id=org_id,
                          unrun=0)

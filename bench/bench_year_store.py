@@ -43,6 +43,7 @@ from bench.seed_store import MAIN_ORG, MODELS, SEARCHED, seed  # noqa: E402
 from openrelay.service import dashboard  # noqa: E402
 from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.leases import BatchLeases  # noqa: E402
 from openrelay.store.schema import batches  # noqa: E402
 from openrelay.types import ALL_SCOPES, ApiKey, BatchStatus  # noqa: E402
 from tests.support.server import PG_ADMIN_URL, Server, free_port  # noqa: E402
@@ -160,7 +161,7 @@ class Store:
 
     def claim(self) -> None:
         """One claim of a queued batch (timed), then the batch put back as it was (not timed)."""
-        leases = Batches(self.db)
+        leases = BatchLeases(self.db)
         began = time.perf_counter()
         claimed = leases.claim("bench-claimer", {m: 1000 for m, _ in MODELS}, 60.0)
         took = time.perf_counter() - began

@@ -95,7 +95,7 @@ class IdempotencySettings:
 class ReadCaches:
     """What the API may reuse instead of asking the store again."""
     key_cache_seconds: float = setting(1.0, "OPENRELAY_KEY_CACHE_SECONDS")  # a key checked this long ago (max 2)
-    poll_cache: bool = setting(True, "OPENRELAY_POLL_CACHE")  # polls reuse rows the store says are unchanged
+    poll_cache_seconds: float = setting(0.25, "OPENRELAY_POLL_CACHE_SECONDS")  # a poll's answer, reused (0: never)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from .store.db import Database
 from .store.engine_limits import EngineLimits
 from .store.files import Files
 from .store.idempotency import IdempotencyKeys
+from .store.leases import BatchLeases
 from .store.results import Results
 from .store.sessions import Sessions
 from .store.webhooks import WebhookStore
@@ -34,7 +35,8 @@ class Runtime:
     db: Database
     accounts: Accounts
     files: Files
-    batches: Batches
+    batches: Batches  # as the API reads and edits them
+    leases: BatchLeases  # as the workers claim, lease and end them
     idempotency: IdempotencyKeys
     results: Results
     sessions: Sessions
@@ -106,6 +108,7 @@ def open_runtime(settings: Settings) -> Runtime:
         accounts=Accounts(db),
         files=Files(db),
         batches=Batches(db),
+        leases=BatchLeases(db),
         idempotency=IdempotencyKeys(db, keep_seconds=settings.idempotency.keep_seconds,
                                     claim_seconds=settings.idempotency.claim_seconds),
         results=Results(db),

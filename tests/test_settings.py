@@ -49,7 +49,6 @@ def test_every_settings_variable_is_read(group_name: str, group: type, f: datacl
 
 def test_special_values_mean_what_they_meant() -> None:
     assert _build({"OPENRELAY_WORKER_MAX_BATCHES": "0"}).worker.max_batches is None  # 0: no limit, like unset
-    assert _build({"OPENRELAY_POLL_CACHE": "2"}).reads.poll_cache is True  # any number but 0 is on
     assert _build({}) == Settings(data_dir=Path("data").resolve(), database_url="sqlite://")
     assert Settings.build(data_dir=Path("data"), database_url=None, window_seconds=60).batches.window_seconds == 60
 
@@ -116,7 +115,7 @@ def test_the_cli_defaults_are_configs() -> None:
 
 @pytest.mark.parametrize(("name", "raw", "wanted"), [("OPENRELAY_TICK_SECONDS", "fast", "a number"),
                                                      ("OPENRELAY_MAX_RECORDS", "1.5", "a whole number"),
-                                                     ("OPENRELAY_POLL_CACHE", "yes", "a whole number (0: off)"),
+                                                     ("OPENRELAY_ACCESS_LOG", "yes", "a whole number (0: off)"),
                                                      ("OPENRELAY_WORKER_MAX_BATCHES", "all",
                                                       "a whole number (0: no limit)"),
                                                      ("OPENRELAY_RETENTION_DAYS", "-1",

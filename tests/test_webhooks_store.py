@@ -16,6 +16,7 @@ from openrelay.ids import new_batch_id, now, now_ns
 from openrelay.store.accounts import Accounts
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
+from openrelay.store.leases import BatchLeases
 from openrelay.store.results import LeaseLost, Results
 from openrelay.store.schema import webhook_deliveries, webhook_events
 from openrelay.store.webhook_log import PrunedLog
@@ -47,7 +48,7 @@ def _running_batch(db: Database, org_id: str, key_id: str, worker: str = "w1") -
                              input_file_id="file-x", input_blob_key="files/x", completion_window="24h",
                              priority="standard", status=BatchStatus.IN_PROGRESS, model="m", created_at=created,
                              expires_at=created + 86_400, total=1), now_ns(), [])
-    claimed = Batches(db).claim(worker, {"m": 100}, 60.0)
+    claimed = BatchLeases(db).claim(worker, {"m": 100}, 60.0)
     assert claimed is not None and claimed.id == batch_id
     return batch_id
 
@@ -88,7 +89,7 @@ def test_a_finalizing_that_fails_writes_no_event_and_an_event_that_fails_no_stat
     with pytest.raises(LeaseLost):  # another worker's finalizing: refused, and nothing of it is kept
         _finalize(db, stolen, org_id, worker="w2")
     assert _events(db, stolen) == []
-    assert Batches(db).by_id(stolen).status is BatchStatus.IN_PROGRESS
+    assert BatchLeases(db).by_id(stolen).status is BatchStatus.IN_PROGRESS
 
     # The other way round: an event that cannot be written (here its unique (batch, type) is taken) takes the
     # status down with it, because both are one transaction.
@@ -97,7 +98,7 @@ def test_a_finalizing_that_fails_writes_no_event_and_an_event_that_fails_no_stat
                                                     batch_id=stolen, created_at=now(), payload="{}"))
     with pytest.raises(StoreError):
         _finalize(db, stolen, org_id)
-    batch = Batches(db).by_id(stolen)
+    batch = BatchLeases(db).by_id(stolen)
     assert batch.status is BatchStatus.IN_PROGRESS and batch.completed_at is None and batch.lease_owner == "w1"
 
 

@@ -14,27 +14,23 @@ from ..ids import now
 from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
 from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
 from .budgets import reserve
-from .compiled import AllRows, CompiledRead, FirstRow, Plan, run_plan
-from .db import holds_nul
+from .db import Database, holds_nul
 from .ended_counts import count_ended
 from .files import insert_file
 from .idempotency import Claim, complete_claim
-from .leases import BatchLeases
-from .notices import announce
 from .schema import batches
 from .tags import insert_tags, replace_tags, tagged
 
 __all__ = ["Batches"]
 
-_GET = CompiledRead(sa.select(*COLUMNS).where(batches.c.id == sa.bindparam("batch_id"),
-                                              batches.c.org_id == sa.bindparam("org_id")), cache_by="org_id")
+_GET = sa.select(*COLUMNS).where(batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id"))
 _INSERT = batches.insert()
-_ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
-    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id")), cache_by="org_id")
+_ANCHOR = sa.select(batches.c.created_ns, batches.c.id).where(
+    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id"))
 
 
 @functools.cache
-def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> CompiledRead:
+def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> sa.Select:
     """The page query for one combination of filters, newest first, limited in SQL, selecting
     ``API_COLUMNS``. Each walks an index backwards and stops after the page: (org_id, created_ns, id)
     unfiltered, (org_id, status, ...) or (org_id, model, ...) filtered, and with a tag the tag's range of
@@ -53,12 +49,14 @@ def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> Compile
     if after:
         query = query.where(sa.tuple_(*order) < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
     query = query.order_by(*(column.desc() for column in order))
-    return CompiledRead(query.limit(sa.bindparam("rows")), cache_by="org_id")
+    return query.limit(sa.bindparam("rows"))
 
 
-class Batches(BatchLeases):
-    """Batch rows as the API reads and edits them; the workers' claims and leases come from ``BatchLeases``
-    (``store/leases.py``), so the one store object serves both."""
+class Batches:
+    """Batch rows as the API reads and edits them (the workers' claims and leases: ``store/leases.py``)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]], *,
                claim: Claim | None = None, answer: bytes = b"", reserve_for: ApiKey | None = None,
@@ -80,19 +78,14 @@ class Batches(BatchLeases):
                                    "output_expires_seconds": output_expires_seconds})
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
-            announce(conn, org_id=batch.org_id)
             if claim is not None:
                 complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
-        return run_plan(self.db, self.get_plan(org_id, batch_id))
-
-    @staticmethod
-    def get_plan(org_id: str, batch_id: str) -> Plan[Batch]:
-        """``get`` as a plan (``store.compiled``), which the API's event loop may run without a thread."""
         values = None
         if not holds_nul(batch_id):
-            values = yield FirstRow(_GET, {"batch_id": batch_id, "org_id": org_id})
+            with self.db.read() as conn:
+                values = conn.execute(_GET, {"batch_id": batch_id, "org_id": org_id}).first()
         if values is None:
             raise no_such("Batch", batch_id, param="batch_id")
         return batch_from_values(values)
@@ -102,13 +95,6 @@ class Batches(BatchLeases):
         """A page of batches as the API shows them (``Batch.as_api``), newest first, after the batch ``after``
         (404 when the organization has none such); one more row than ``limit`` is read to tell whether there
         are more."""
-        return run_plan(self.db, self.list_api_plan(org_id, limit=limit, after=after, status=status, model=model,
-                                                    tag=tag))
-
-    @staticmethod
-    def list_api_plan(org_id: str, *, limit: int, after: str | None, status: str | None = None,
-                      model: str | None = None, tag: str | None = None) -> Plan[tuple[list[dict[str, Any]], bool]]:
-        """``list_api`` as a plan."""
         if holds_nul(after):
             raise no_such("Batch", after, param="after")
         if holds_nul(model, tag):
@@ -121,12 +107,13 @@ class Batches(BatchLeases):
         if tag:
             params["tag"] = tag  # one tag, exactly as sent: it equals a stored (trimmed) tag or nothing
         query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
-        if after:
-            anchor = yield FirstRow(_ANCHOR, {"batch_id": after, "org_id": org_id})
-            if anchor is None:
-                raise no_such("Batch", after, param="after")
-            params["after_ns"], params["after_id"] = anchor
-        found = [api_from_values(v) for v in (yield AllRows(query, params))]
+        with self.db.read() as conn:
+            if after:
+                anchor = conn.execute(_ANCHOR, {"batch_id": after, "org_id": org_id}).first()
+                if anchor is None:
+                    raise no_such("Batch", after, param="after")
+                params["after_ns"], params["after_id"] = anchor
+            found = [api_from_values(v) for v in conn.execute(query, params)]
         return found[:limit], len(found) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
@@ -138,8 +125,6 @@ class Batches(BatchLeases):
                 batches.c.status.in_(CANCELLABLE_VALUES),
             ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
                       retry_at=None))  # a batch backing off after a failed run has its cancel done at once
-            if done.rowcount:
-                announce(conn, org_id=org_id)
         batch = self.get(org_id, batch_id)
         if done.rowcount == 0 and batch.terminal:
             raise Conflict(f"Cannot cancel a batch with status '{batch.status.value}'.", code="batch_terminal")
@@ -161,5 +146,4 @@ class Batches(BatchLeases):
             replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=changed.created_ns, metadata=metadata)
             if ended:
                 count_ended(conn, [batch_id], sign=1)
-            announce(conn, org_id=org_id)
         return self.get(org_id, batch_id)

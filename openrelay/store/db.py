@@ -1,4 +1,6 @@
-"""The database connection: one SQLAlchemy engine for SQLite or PostgreSQL, and ordered migrations.
+"""The store's one reader and writer: a SQLAlchemy engine for SQLite or PostgreSQL, with a sync face (``read``,
+``write``) and an async face (``run``), every driver error mapped once (``_driver_errors``); and ordered migrations.
+The read path in one page: docs/design.md, "Reading the store".
 
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts ``BEGIN IMMEDIATE`` so two
 processes (``orl serve`` and ``orl admin``) never deadlock upgrading a read lock to a write lock. Within one process
@@ -8,12 +10,13 @@ locked sleeps in the busy handler (1, 2, 5, 10 ms and on) rather than waking whe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import threading
 from collections.abc import Callable, Iterator
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -23,12 +26,14 @@ from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
 from .batch_text import create_text_index
 from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
-from .notices import Notifier, collect_announced, stop_collecting
 from .tags import backfill_batch_tags
 
-__all__ = ["Database", "database_error", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
+__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS",
+           "CONNECT_SECONDS"]
 
+T = TypeVar("T")
 _WRITE = "openrelay_write"
+CONNECT_SECONDS = 2  # a PostgreSQL server that does not answer a connection within this long is away (503)
 
 
 def normalize_url(url: str) -> str:
@@ -38,17 +43,19 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def database_error(exc: sa.exc.SQLAlchemyError, *, is_sqlite: bool) -> StoreError:
-    """A driver error as ours: a PostgreSQL server that cannot be reached or dropped the connection (refused,
-    restarting, timed out: ``OperationalError``, an invalidated connection) is ``StoreUnavailable``, worth trying
-    again later; anything else ``StoreError``. SQLite's OperationalError is a local file's (locked, missing
-    table): no server to wait for."""
-    message = f"database error: {exc.__class__.__name__}: {exc}"
-    unreachable = isinstance(exc, sa.exc.OperationalError | sa.exc.DisconnectionError) or getattr(
-        exc, "connection_invalidated", False)
-    if unreachable and not is_sqlite:
-        return StoreUnavailable(message)
-    return StoreError(message)
+@contextlib.contextmanager
+def _driver_errors(*, is_sqlite: bool) -> Iterator[None]:
+    """Every driver error as ours, in one place (httpx's ``map_exceptions``): a PostgreSQL server that cannot be
+    reached, dropped the connection or did not give one in time (``OperationalError``, a disconnect, the pool's
+    timeout) is ``StoreUnavailable`` (503, worth trying again later); anything else ``StoreError``. SQLite's
+    OperationalError is a local file's (locked, missing table): no server to wait for."""
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as exc:
+        message = f"database error: {exc.__class__.__name__}: {exc}"
+        unreachable = isinstance(exc, sa.exc.OperationalError | sa.exc.DisconnectionError | sa.exc.TimeoutError) \
+            or getattr(exc, "connection_invalidated", False)
+        raise (StoreUnavailable if unreachable and not is_sqlite else StoreError)(message) from exc
 
 
 def _migration_files() -> list[tuple[int, str, str]]:
@@ -91,36 +98,31 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
-            self.engine = sa.create_engine(self.url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-        self.notifier = None if self.is_sqlite else Notifier(
-            self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
+            # A pooled connection the server dropped (a restart) is found by the pre-ping and replaced; a server
+            # that is away answers StoreUnavailable within CONNECT_SECONDS, never hangs.
+            self.engine = sa.create_engine(self.url, pool_size=8, max_overflow=8, pool_pre_ping=True,
+                                           pool_timeout=CONNECT_SECONDS,
+                                           connect_args={"connect_timeout": CONNECT_SECONDS})
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
-        try:
-            with self.engine.connect() as conn, conn.begin():
-                yield conn
-        except sa.exc.SQLAlchemyError as exc:
-            raise database_error(exc, is_sqlite=self.is_sqlite) from exc
+        """The sync face: a read transaction (one snapshot) on a pooled connection."""
+        with _driver_errors(is_sqlite=self.is_sqlite), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    async def run(self, read: Callable[..., T], *args: Any) -> T:
+        """The async face: ``read(*args)``, a function that reads through ``read()``, for the event loop. It runs
+        on the loop's executor (a thread), as procrastinate's sync connectors run their async calls: the loop
+        never waits on the driver."""
+        return await asyncio.get_running_loop().run_in_executor(None, read, *args)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction. On PostgreSQL, what it announces (``notices.announce``) is notified once it has
-        committed, by this process's notifier."""
-        try:
-            with self._writer, self.engine.connect() as raw:
-                conn = raw.execution_options(**{_WRITE: True})
-                announced = collect_announced(conn) if self.notifier is not None else None
-                try:
-                    with conn.begin():
-                        yield conn
-                finally:
-                    if announced is not None:
-                        stop_collecting(conn)
-        except sa.exc.SQLAlchemyError as exc:
-            raise database_error(exc, is_sqlite=self.is_sqlite) from exc
-        if announced and self.notifier is not None:
-            self.notifier.changed(announced)
+        """A write transaction: SQLite's ``BEGIN IMMEDIATE``, behind this process's other writers."""
+        with _driver_errors(is_sqlite=self.is_sqlite), self._writer, self.engine.connect() as raw:
+            conn = raw.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
 
     def clock(self, conn: Connection) -> float:
         """Seconds since the epoch by the database's clock. Leases are shared by workers on many machines, so
@@ -165,8 +167,6 @@ class Database:
         return applied
 
     def dispose(self) -> None:
-        if self.notifier is not None:
-            self.notifier.close()  # what this process changed is notified before it goes
         self.engine.dispose()
 
 

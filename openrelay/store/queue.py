@@ -22,11 +22,11 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from ..types import CLAIMABLE_VALUES, BatchStatus, Priority
-from .compiled import AllRows, CompiledRead, Plan
+from .db import Database
 from .fair_share import NEVER_STARTED
 from .schema import batches, model_shares
 
-__all__ = ["LiveBatch", "LiveState", "queue_order", "queue_plan"]
+__all__ = ["LiveBatch", "LiveState", "queue_order", "live_of_model"]
 
 _CLAIMABLE = CLAIMABLE_VALUES
 
@@ -99,22 +99,23 @@ class LiveState(NamedTuple):
     concurrency_limit: int | None = None
 
 
-def _live_of_model() -> CompiledRead:
+def _live_of_model() -> sa.Select:
     c = batches.c
     live = sa.or_(*(c.status == sa.literal_column(f"'{status}'") for status in _CLAIMABLE))
     turns = batches.outerjoin(model_shares, sa.and_(model_shares.c.model == c.model,
                                                    model_shares.c.org_id == c.org_id))
-    return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status,
-                                  model_shares.c.last_started_at, c.throughput_window, c.concurrency_limit)
-                        .select_from(turns).where(live, c.model == sa.bindparam("model")))
+    return (sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, model_shares.c.last_started_at,
+                      c.throughput_window, c.concurrency_limit)
+            .select_from(turns).where(live, c.model == sa.bindparam("model")))
 
 
 _LIVE_OF_MODEL = _live_of_model()
 
 
-def queue_plan(model: str) -> Plan[dict[str, LiveState]]:
+def live_of_model(db: Database, model: str) -> dict[str, LiveState]:
     """Every live batch of ``model``, by id, with its queue position (``queue_order``): one read."""
-    rows: list[tuple[Any, ...]] = yield AllRows(_LIVE_OF_MODEL, {"model": model})
+    with db.read() as conn:
+        rows = conn.execute(_LIVE_OF_MODEL, {"model": model}).all()
     positions = _positions(rows)
     get = positions.get
     return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8]) for r in rows}
