@@ -22,8 +22,6 @@ from openrelay.store.schema import webhook_deliveries, webhook_events
 from openrelay.store.webhook_log import PrunedLog
 from openrelay.store.webhooks import WebhookStore
 from openrelay.types import Batch, BatchStatus
-from tests.conftest import BACKEND
-from tests.support.server import create_pg_database, drop_pg_database
 from tests.support.store_rows import fresh_database
 
 
@@ -272,31 +270,3 @@ def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -
     with pytest.raises(NotFound):
         store.replay_delivery(finished_delivery)
     assert store.prune_delivery_log(older_than=0) == PrunedLog(attempts=0, deliveries=0, events=0)
-
-
-def test_migration_0018_gives_earlier_deliveries_their_ids(tmp_path) -> None:
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'm.db'}"
-    database = Database(url)
-    try:
-        database.migrate(upto=17)
-        org_id, _key_id = _org_and_key(database)
-        with database.write() as conn:  # the rows as the delivery loop wrote them before 0018
-            for sql in ("INSERT INTO webhook_endpoints (id, org_id, url, secret, created_at, created_ns) "
-                        "VALUES ('wh_00000000000000aa', :org, 'https://h.example.com/', 'whsec_AAAA', 1, 1)",
-                        "INSERT INTO webhook_events (id, org_id, type, created_at, payload) "
-                        "VALUES ('evt_0000000000000000000000bb', :org, 'webhook.test', 1, '{}')",
-                        "INSERT INTO webhook_deliveries (event_id, endpoint_id, org_id, state, attempts, enqueued_at, "
-                        "next_attempt_at) VALUES ('evt_0000000000000000000000bb', 'wh_00000000000000aa', :org, "
-                        "'failed', 1, 1, 1)"):
-                conn.execute(sa.text(sql), {"org": org_id})
-        assert database.migrate()[0] == 18
-        with database.read() as conn:
-            [(delivery_id, created_at)] = conn.execute(sa.select(webhook_deliveries.c.id,
-                                                                 webhook_deliveries.c.created_at)).all()
-        assert delivery_id == "whd_0000000000000000000000bb00000000000000aa" and created_at == 1.0
-        replayed = WebhookStore(database).replay_delivery(delivery_id)
-        assert replayed.previous_state == "failed" and replayed.endpoint_id == "wh_00000000000000aa"
-    finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)

@@ -25,10 +25,8 @@ from sqlalchemy.engine import Connection, Engine
 from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
 from .batch_text import create_text_index
-from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
-from .tags import backfill_batch_tags
 
-__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BACKFILLS",
+__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BASELINE", "HOOKS",
            "CONNECT_SECONDS"]
 
 T = TypeVar("T")
@@ -69,16 +67,12 @@ def _migration_files() -> list[tuple[int, str, str]]:
 
 
 MIGRATIONS = _migration_files()
+BASELINE = MIGRATIONS[0][0]  # a new store starts here; one made before it holds every version up to it
 
-# Rows a migration derives that SQL cannot derive the same way on both stores: run right after that version's
-# SQL, in its transaction, so the version is applied with its rows or not at all. Each hook reads and writes the
-# tables as of its version (not schema.py's), since later migrations may change them.
-BACKFILLS: dict[int, Callable[[Connection], None]] = {
-    6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
-    10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
-    15: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
-    20: create_text_index,  # q's index: FTS5 with triggers on SQLite, pg_trgm on PostgreSQL, filled
-    21: drop_change_triggers,  # no more: the process that writes notifies after its commit (store/notices.py)
+# What a version does that its SQL cannot do the same way on both stores, run right after that SQL, in its
+# transaction, so the version is applied whole or not at all.
+HOOKS: dict[int, Callable[[Connection], None]] = {
+    21: create_text_index,  # q's index: FTS5 with triggers on SQLite, pg_trgm on PostgreSQL
 }
 
 
@@ -138,18 +132,21 @@ class Database:
         conn.execute(sa.text("INSERT INTO model_locks (model) VALUES (:m) ON CONFLICT DO NOTHING"), {"m": model})
         conn.execute(sa.text("SELECT model FROM model_locks WHERE model = :m FOR UPDATE"), {"m": model})
 
-    def migrate(self, *, upto: int | None = None) -> list[int]:
-        """Apply every migration not yet applied (up to version ``upto``, for tests of a migration's backfill),
-        in order, each in its own transaction with its backfill (``BACKFILLS``). Safe to race."""
+    def migrate(self) -> list[int]:
+        """Apply every migration not yet applied, in order, each in its own transaction with its hook
+        (``HOOKS``); safe to race. A store older than ``BASELINE`` is refused: upgrade it first with a release
+        that still has the migrations before it (docs/deploy.md, "Upgrades")."""
         applied: list[int] = []
         with self.write() as conn:
             conn.execute(sa.text(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at BIGINT NOT NULL)"
             ))
+            newest = conn.execute(sa.text("SELECT max(version) FROM schema_migrations")).scalar()
+        if newest is not None and newest < BASELINE:
+            raise StoreError(f"this store's schema is at version {newest}, before {BASELINE}, where this release's "
+                             "migrations start: upgrade it with an earlier release first (docs/deploy.md, Upgrades)")
         for version, name, sql in MIGRATIONS:
-            if upto is not None and version > upto:
-                break
             with self.write() as conn:
                 if not self.is_sqlite:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(727274)"))
@@ -159,8 +156,8 @@ class Database:
                     continue
                 for statement in _statements(sql):
                     conn.exec_driver_sql(statement)
-                if version in BACKFILLS:
-                    BACKFILLS[version](conn)
+                if version in HOOKS:
+                    HOOKS[version](conn)
                 conn.execute(sa.text("INSERT INTO schema_migrations (version, name, applied_at) "
                                      "VALUES (:v, :n, :t)"), {"v": version, "n": name, "t": now()})
                 applied.append(version)
