@@ -40,6 +40,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.seed_store import MAIN_ORG, MODELS, SEARCHED, seed  # noqa: E402
+from openrelay.service import batches as batch_service  # noqa: E402
 from openrelay.service import dashboard  # noqa: E402
 from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
@@ -220,7 +221,7 @@ def plans(store: Store) -> None:
     sa.event.listen(store.db.engine, "before_cursor_execute", capture)
     try:
         store.claim()
-        Batches(store.db).list_api(store.seeded["org_id"], limit=20, after=None)
+        batch_service.list_batches(Batches(store.db), key, limit=20, after=None, status=None, model=None, tag=None)
         dashboard.list_batch_page(store.db, key, dashboard.BatchQuery())
         dashboard.list_batch_page(store.db, key, dashboard.BatchQuery(text=SEARCHED))
     finally:

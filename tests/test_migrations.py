@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from openrelay.errors import StoreError
 from openrelay.store.accounts import Accounts
+from openrelay.store.batch_search import BatchQuery, search
 from openrelay.store.batch_text import create_text_index
 from openrelay.store.batches import Batches
 from openrelay.store.db import BASELINE, MIGRATIONS, Database
@@ -109,8 +110,8 @@ def test_a_store_made_before_the_baseline_goes_on_from_it_with_its_rows(tmp_path
         new.migrate()
         assert _schema(old) == _schema(new)
         assert Batches(old).get(batch.org_id, batch.id).metadata == {"tags": "kept,old"}
-        page, _more = Batches(old).list_api(batch.org_id, limit=5, after=None, tag="old")
-        assert [row["id"] for row in page] == [batch.id]
+        found, _more = search(old, batch.org_id, BatchQuery(tags=("old",)), limit=5)
+        assert [b.id for b in found] == [batch.id]
         old.dispose()
         new.dispose()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..store.batch_search import BatchQuery, search
 from ..store.batches import Batches
 from ..types import ApiKey, Batch, BatchStatus, Scope
 from .auth import require
@@ -25,15 +26,15 @@ def get_batch(batches: Batches, key: ApiKey, batch_id: str) -> Batch:
 
 def list_batches(batches: Batches, key: ApiKey, *, limit: int, after: str | None, status: str | None,
                  model: str | None, tag: str | None) -> dict[str, Any]:
-    """A page of ``GET /v1/batches``."""
+    """A page of ``GET /v1/batches``: the dashboard's search (``store/batch_search.py``) under the API's filters."""
     require(key, Scope.BATCH_READ)
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", param="limit")
     if status is not None and status not in {s.value for s in BatchStatus}:
         raise InvalidRequest(f"unknown status {status!r}", param="status")
-    found, more = batches.list_api(key.org_id, limit=limit, after=after, status=status,
-                                   model=model, tag=tag)
-    return list_page(found, more)
+    query = BatchQuery(status=status, model=model, tags=(tag,) if tag else ())
+    found, more = search(batches.db, key.org_id, query, limit=limit, after=after)
+    return list_page([batch.as_api() for batch in found], more)
 
 
 def cancel_batch(batches: Batches, key: ApiKey, batch_id: str) -> Batch:

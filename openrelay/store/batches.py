@@ -1,9 +1,8 @@
-"""Batch rows as the API sees them: create, read, list, cancel, metadata. The workers' claims, leases and retry
-marks are ``store/leases.py``'s; row and record, each way, ``store/batch_rows.py``'s."""
+"""Batch rows as the API sees them: create, read, cancel, metadata (a list: ``store/batch_search.py``). The workers'
+claims, leases and retry marks are ``store/leases.py``'s; row and record, each way, ``store/batch_rows.py``'s."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import orjson
@@ -12,44 +11,19 @@ import sqlalchemy as sa
 from ..errors import Conflict, no_such
 from ..ids import now
 from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
-from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
+from .batch_rows import batch_from_row, batch_values
 from .budgets import reserve
 from .db import Database, holds_nul
 from .ended_counts import count_ended
 from .files import insert_file
 from .idempotency import Claim, complete_claim
 from .schema import batches
-from .tags import insert_tags, replace_tags, tagged
+from .tags import insert_tags, replace_tags
 
 __all__ = ["Batches"]
 
-_GET = sa.select(*COLUMNS).where(batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id"))
+_GET = sa.select(batches).where(batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id"))
 _INSERT = batches.insert()
-_ANCHOR = sa.select(batches.c.created_ns, batches.c.id).where(
-    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id"))
-
-
-@functools.cache
-def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> sa.Select:
-    """The page query for one combination of filters, newest first, limited in SQL, selecting
-    ``API_COLUMNS``. Each walks an index backwards and stops after the page: (org_id, created_ns, id)
-    unfiltered, (org_id, status, ...) or (org_id, model, ...) filtered, and with a tag the tag's range of
-    batch_tags (store/tags.py)."""
-    org_id = sa.bindparam("org_id")
-    if tag:
-        source, conditions, order = tagged(org_id, [sa.bindparam("tag")])
-        query = sa.select(*API_COLUMNS).select_from(source).where(*conditions)
-    else:
-        order = (batches.c.created_ns, batches.c.id)
-        query = sa.select(*API_COLUMNS).where(batches.c.org_id == org_id)
-    if status:
-        query = query.where(batches.c.status == sa.bindparam("status"))
-    if model:
-        query = query.where(batches.c.model == sa.bindparam("model"))
-    if after:
-        query = query.where(sa.tuple_(*order) < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
-    query = query.order_by(*(column.desc() for column in order))
-    return query.limit(sa.bindparam("rows"))
 
 
 class Batches:
@@ -82,39 +56,13 @@ class Batches:
                 complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
-        values = None
+        row = None
         if not holds_nul(batch_id):
             with self.db.read() as conn:
-                values = conn.execute(_GET, {"batch_id": batch_id, "org_id": org_id}).first()
-        if values is None:
+                row = conn.execute(_GET, {"batch_id": batch_id, "org_id": org_id}).first()
+        if row is None:
             raise no_such("Batch", batch_id, param="batch_id")
-        return batch_from_values(values)
-
-    def list_api(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
-                 model: str | None = None, tag: str | None = None) -> tuple[list[dict[str, Any]], bool]:
-        """A page of batches as the API shows them (``Batch.as_api``), newest first, after the batch ``after``
-        (404 when the organization has none such); one more row than ``limit`` is read to tell whether there
-        are more."""
-        if holds_nul(after):
-            raise no_such("Batch", after, param="after")
-        if holds_nul(model, tag):
-            return [], False  # no batch's model or tag holds NUL (and PostgreSQL cannot be asked about one)
-        params: dict[str, Any] = {"org_id": org_id, "rows": limit + 1}
-        if status:
-            params["status"] = status
-        if model:
-            params["model"] = model
-        if tag:
-            params["tag"] = tag  # one tag, exactly as sent: it equals a stored (trimmed) tag or nothing
-        query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
-        with self.db.read() as conn:
-            if after:
-                anchor = conn.execute(_ANCHOR, {"batch_id": after, "org_id": org_id}).first()
-                if anchor is None:
-                    raise no_such("Batch", after, param="after")
-                params["after_ns"], params["after_id"] = anchor
-            found = [api_from_values(v) for v in conn.execute(query, params)]
-        return found[:limit], len(found) > limit
+        return batch_from_row(row)
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
         if holds_nul(batch_id):
