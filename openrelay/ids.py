@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "new_webhook_endpoint_id",
-           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "now", "now_ns", "RESULT_KINDS",
-           "ResultFileId", "result_file_id", "output_file_id", "error_file_id", "parse_result_file_id"]
+           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "new_request_id", "now", "now_ns",
+           "RESULT_KINDS", "ResultFileId", "result_file_id", "output_file_id", "error_file_id", "parse_result_file_id"]
 
 
 def new_batch_id() -> str:
@@ -42,6 +42,11 @@ def new_event_id() -> str:
 
 def new_webhook_attempt_id() -> str:
     return f"wha_{secrets.token_hex(10)}"
+
+
+def new_request_id() -> str:
+    """An answer's ``x-request-id``, and a record's engine call's: OpenAI's shape."""
+    return f"req_{secrets.token_hex(16)}"
 
 
 def new_claim_token() -> str:

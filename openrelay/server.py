@@ -16,10 +16,10 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from . import tracing
 from .api.app import create_app
 from .api.http_protocol import limited_http_protocol
 from .config import Settings
-from .http.access_log import AccessLog
 from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
 from .store.retention import Retention
@@ -59,12 +59,11 @@ def assemble_app(rt: Runtime) -> FastAPI:
 
 def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _start_tracing()
     rt = open_runtime(settings)
     bootstrap(rt)
     worker = Worker(rt) if with_worker else None
     app = assemble_app(rt)
-    if settings.http.access_log:
-        app.add_middleware(AccessLog)  # the last added: outermost, so it times and sees every answer
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -90,6 +89,7 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
 
 def run_worker(settings: Settings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _start_tracing()
     rt = open_runtime(settings)
     worker = Worker(rt)
 
@@ -117,6 +117,11 @@ async def _worker_and_deliveries(rt: Runtime, worker: Worker) -> None:
     sweeper = Sweeper(Retention(rt.db), rt.blobs, rt.settings.retention)
     await asyncio.gather(worker.run_forever(), deliveries.run_forever(worker.stopping),
                          sweeper.run_forever(worker.stopping))
+
+
+def _start_tracing() -> None:
+    if tracing.configure():
+        log.info("tracing: spans go to the OTLP endpoint of OTEL_EXPORTER_OTLP_* (docs/deploy.md, \"Traces\")")
 
 
 def _freeze_startup_objects() -> None:

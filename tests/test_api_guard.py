@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from openrelay.api.guard import UNEXPECTED_MESSAGE, RenderUnexpectedErrors
+from openrelay.http.request_ids import RequestIds
 from tests.support.server import free_port
 
 
@@ -43,6 +44,7 @@ async def _breaks_midway(_request):  # type: ignore[no-untyped-def]
 def base_url() -> Iterator[str]:
     app = Starlette(routes=[Route("/fails", _fails), Route("/fine", _fine), Route("/midway", _breaks_midway)])
     app.add_middleware(RenderUnexpectedErrors)
+    app.add_middleware(RequestIds, access_log=False)  # outside it, as api/app.py assembles them
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -67,8 +69,11 @@ def test_an_unexpected_error_is_the_envelope_and_the_connection_stays(base_url: 
         failed = client.get("/fails")
         assert failed.status_code == 500
         assert failed.headers["content-type"] == "application/json"
-        assert failed.json() == {"error": {"message": UNEXPECTED_MESSAGE, "type": "server_error",
-                                           "code": "server_error", "param": None}}
+        request_id = failed.headers["x-request-id"]  # the id the log's traceback is under (api/guard.py)
+        assert request_id.startswith("req_") and request_id != before.headers["x-request-id"]
+        message = f"{UNEXPECTED_MESSAGE} (request ID {request_id}: please include it when you report this)"
+        assert failed.json() == {"error": {"message": message, "type": "server_error", "code": "server_error",
+                                           "param": None}}
         assert failed.headers.get("connection", "").lower() != "close"
         after = client.get("/fine")
         assert after.json() == {"ok": True}

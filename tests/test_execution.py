@@ -42,7 +42,7 @@ def test_result_lines_success_4xx_and_5xx(make_server, engine):
         assert set(line) == LINE_KEYS
         assert line["id"] == f"batch_req_{custom_id}" and line["custom_id"] == custom_id
         assert line["error"] is None
-        assert set(line["response"]) == {"status_code", "body"} and line["response"]["status_code"] == 200
+        assert set(line["response"]) == {"status_code", "request_id", "body"} and line["response"]["status_code"] == 200
         body = line["response"]["body"]
         assert body["object"] == "chat.completion"
         assert body["model"] == "test/echo"  # the catalog name, not the engine's
@@ -53,7 +53,7 @@ def test_result_lines_success_4xx_and_5xx(make_server, engine):
 
     bad = err["bad"]
     assert set(bad) == LINE_KEYS and bad["id"] == "batch_req_bad" and bad["response"] is None
-    assert set(bad["error"]) == {"code", "message", "status_code"}
+    assert set(bad["error"]) == {"code", "message", "status_code", "request_id"}
     assert bad["error"]["code"] == "invalid_request_error" and bad["error"]["status_code"] == 400
     assert isinstance(bad["error"]["message"], str) and bad["error"]["message"]
     broken = err["broken"]
@@ -110,7 +110,8 @@ def test_engine_timeout_is_retried_then_the_records_error_line(make_server, engi
     assert batch["status"] == "completed" and batch["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
     out, err = results(server, batch)
     assert sorted(out) == ["quick"]
-    assert err["slow"]["error"] == {"code": "engine_unavailable", "message": "engine timed out", "status_code": 503}
+    assert err["slow"]["error"] == {"code": "engine_unavailable", "message": "engine timed out", "status_code": 503,
+                                    "request_id": err["slow"]["error"]["request_id"]}
     assert _seen(engine, "too slow") == 2  # timed out, retried once, timed out again
 
 

@@ -78,6 +78,32 @@ def test_an_expiry_outside_the_range_or_another_anchor_is_a_400_naming_the_field
     assert server.http("GET", "/batches").json()["data"] == []
 
 
+def _upload_json_expiry(server: Server, part: bytes, **form: str) -> Any:
+    """An upload whose ``expires_after`` is one JSON part, as OpenAI's OpenAPI document encodes an object."""
+    files = {"file": ("in.jsonl", jsonl(chat("a"))), "expires_after": (None, part, "application/json")}
+    return server.http("POST", "/files", data={"purpose": "batch", **form}, files=files)
+
+
+def test_expires_after_as_one_json_part_works_like_the_bracket_fields_and_is_held_to_the_same_range(
+        server: Server) -> None:
+    taken = _upload_json_expiry(server, b'{"anchor": "created_at", "seconds": 7200}')
+    assert taken.status_code == 200, taken.text
+    assert taken.json()["expires_at"] == taken.json()["created_at"] + 7200
+    assert server.http("GET", f"/files/{taken.json()['id']}").json()["expires_at"] == taken.json()["expires_at"]
+    before = local_blobs(server.data_dir / "blobs")
+    for part, param in [(b'{"anchor": "created_at", "seconds": 3599}', "expires_after.seconds"),
+                        (f'{{"anchor": "created_at", "seconds": {MONTH + 1}}}'.encode(), "expires_after.seconds"),
+                        (b'{"anchor": "created_at", "seconds": "3600"}', "expires_after.seconds"),
+                        (b'{"anchor": "last_active_at", "seconds": 3600}', "expires_after.anchor"),
+                        (b'{"anchor": "created_at", "seconds": 3600, "extra": 1}', "expires_after"),
+                        (b"3600", "expires_after"), (b"{not json", "expires_after")]:
+        error_of(_upload_json_expiry(server, part), 400, "invalid_request_error", param=param)
+    twice = _upload_json_expiry(server, b'{"anchor": "created_at", "seconds": 7200}',
+                                **{"expires_after[anchor]": "created_at", "expires_after[seconds]": "7200"})
+    error_of(twice, 400, "invalid_request_error", param="expires_after")
+    assert local_blobs(server.data_dir / "blobs") == before  # no refused upload's bytes are kept
+
+
 def test_output_expires_after_dates_the_result_files_and_they_expire(make_server: Callable[..., Server]) -> None:
     server = make_server(**SHORT)
     client = server.client()

@@ -141,6 +141,18 @@ def test_list_newest_first_with_paging(server):
     error_of(server.http("GET", "/files", params={"limit": 0}), 400, "invalid_request_error", "limit")
 
 
+def test_list_oldest_first_with_order_asc_and_any_other_order_is_a_400(server):
+    client = server.client()
+    uploaded = [_upload(client, f"file {i}\n".encode(), name=f"f{i}.jsonl").id for i in range(3)]
+    assert [f.id for f in client.files.list(order="asc", limit=2)] == uploaded  # the SDK pages on by `after`
+    assert [f.id for f in client.files.list(order="desc", limit=2)] == uploaded[::-1]
+    page = server.http("GET", "/files", params={"order": "asc", "limit": 1, "after": uploaded[0]}).json()
+    assert _ids(page) == uploaded[1:2] and page["has_more"] is True
+    for wrong in ("ASC", "oldest", ""):
+        error = error_of(server.http("GET", "/files", params={"order": wrong}), 400, "invalid_request_error", "order")
+        assert error["message"] == f'order must be "asc" (oldest first) or "desc" (newest first); got {wrong!r}'
+
+
 def test_list_purpose_filter(server):
     client = server.client()
     mine = _upload(client, _jsonl(2)).id

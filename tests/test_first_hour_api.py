@@ -107,7 +107,8 @@ def test_serve_logs_each_request_without_its_key_and_says_when_it_stopped(make_s
     assert served.api_key not in log and "sk-wrong" not in log and "secret-looking-query" not in log
     lines = [line for line in log.splitlines() if "openrelay.access" in line]
     def logged(method_path_status: str, org: str) -> bool:
-        pattern = re.compile(rf" openrelay\.access: {re.escape(method_path_status)} \d+\.\dms org={re.escape(org)}$")
+        pattern = re.compile(rf" openrelay\.access: {re.escape(method_path_status)} \d+\.\dms org={re.escape(org)}"
+                             r" request_id=req_[0-9a-f]{32}$")
         return any(pattern.search(line) for line in lines)
 
     assert logged("GET /v1/models 200", org_id), lines

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from fastapi import FastAPI
 
+from ..http.request_ids import RequestIds
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from .batches import CREATE_PATH, add_batch_routes
@@ -30,6 +31,7 @@ def create_app(rt: Runtime, *, writes: OrgWrites | None = None, upload_paths: It
     app.add_middleware(BodyLimits, create_bytes=rt.settings.http.max_create_body_bytes,  # outside it (limits.py)
                        json_bytes=rt.settings.http.max_json_body_bytes, create_path=CREATE_PATH,
                        upload_paths=(UPLOAD_PATH, *upload_paths))
+    app.add_middleware(RequestIds, access_log=rt.settings.http.access_log)  # outermost: it sees every answer
     add_error_handlers(app)
     ctx = ApiContext(rt, writes or OrgWrites())
     # Each resource's module adds its routes to the app's own router rather than to an APIRouter of its own that

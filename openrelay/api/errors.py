@@ -16,6 +16,7 @@ from starlette.types import Send
 
 from ..catalog import ENDPOINTS
 from ..errors import InvalidRequest, MethodNotAllowed, NotFound, OpenRelayError
+from ..http.request_ids import request_id_of
 
 __all__ = ["error_answer", "error_response", "send_error", "add_error_handlers"]
 
@@ -25,9 +26,14 @@ _JSON = (b"content-type", b"application/json")
 _CLOSE = (b"connection", b"close")
 
 
-def error_answer(exc: OpenRelayError, *, close: bool = False) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """The status, headers and body of the answer to ``exc``; ``close``: the connection closes after it."""
-    body = orjson.dumps(exc.envelope())
+def error_answer(exc: OpenRelayError, *, close: bool = False,
+                 request_id: str | None = None) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The status, headers and body of the answer to ``exc``; ``close``: the connection closes after it. A 5xx's
+    message names its ``request_id``, where OpenAI's does: the server's log has the rest under it."""
+    envelope = exc.envelope()
+    if exc.status >= 500 and request_id is not None:
+        envelope["error"]["message"] += f" (request ID {request_id}: please include it when you report this)"
+    body = orjson.dumps(envelope)
     headers = [_JSON, (b"content-length", str(len(body)).encode())]
     if exc.retry_after_seconds is not None:  # StoreUnavailable: worth trying again later
         headers.append((b"retry-after", str(exc.retry_after_seconds).encode()))
@@ -36,16 +42,16 @@ def error_answer(exc: OpenRelayError, *, close: bool = False) -> tuple[int, list
     return exc.status, headers, body
 
 
-def error_response(exc: OpenRelayError) -> Response:
-    status, headers, body = error_answer(exc)
+def error_response(exc: OpenRelayError, request_id: str | None = None) -> Response:
+    status, headers, body = error_answer(exc, request_id=request_id)
     response = Response(body, status_code=status)
     response.raw_headers = headers
     return response
 
 
-async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False) -> None:
+async def send_error(send: Send, exc: OpenRelayError, *, close: bool = False, request_id: str | None = None) -> None:
     """Answer ``exc`` from an ASGI middleware, before (instead of) the app."""
-    status, headers, body = error_answer(exc, close=close)
+    status, headers, body = error_answer(exc, close=close, request_id=request_id)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -62,9 +68,11 @@ def _framework_refusal(request: Request, exc: StarletteHTTPException) -> OpenRel
 def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OpenRelayError)
     async def _ours(request: Request, exc: OpenRelayError) -> Response:
+        request_id = request_id_of(request.scope)
         if exc.status >= 500:  # the client sees a generic message; the operator needs the real one
-            log.error("%s %s answered %d: %s", request.method, request.url.path, exc.status, exc.message)
-        return error_response(exc)
+            log.error("%s %s answered %d: %s (request_id=%s)", request.method, request.url.path, exc.status,
+                      exc.message, request_id)
+        return error_response(exc, request_id)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> Response:

@@ -29,9 +29,9 @@ def add_file_routes(router: APIRouter, ctx: ApiContext) -> None:
 
     @router.get("/v1/files")
     async def list_files(request: Request, limit: int = 10_000, after: str | None = None,
-                         purpose: str | None = None) -> Response:
+                         purpose: str | None = None, order: str = "desc") -> Response:
         return json_response(await ctx.as_reader(request, lambda key: file_service.list_files(
-            rt.files, key, limit=limit, after=after, purpose=purpose)))
+            rt.files, key, limit=limit, after=after, purpose=purpose, order=order)))
 
     @router.get("/v1/files/{file_id}")
     async def get_file(request: Request, file_id: str) -> Response:

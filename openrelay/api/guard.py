@@ -13,6 +13,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import OpenRelayError
+from ..http.request_ids import request_id_of
 from .errors import send_error
 
 __all__ = ["RenderUnexpectedErrors", "UNEXPECTED_MESSAGE"]
@@ -44,5 +45,7 @@ class RenderUnexpectedErrors:
         except Exception:
             if started:
                 raise  # a streamed answer broke midway: only closing the connection tells the client
-            _log.exception("unexpected error answering %s %s", scope.get("method"), scope.get("path"))
-            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE))
+            request_id = request_id_of(scope)
+            _log.exception("unexpected error answering %s %s (request_id=%s)", scope.get("method"), scope.get("path"),
+                           request_id)
+            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE), request_id=request_id)

@@ -14,6 +14,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from ..config import HttpLimits
 from ..errors import HeadersTooLarge, InvalidRequest, OpenRelayError, RequestTimeout
+from ..http.request_ids import id_headers, request_id_of
+from ..ids import new_request_id
 from .errors import error_answer
 
 __all__ = ["limited_http_protocol", "LimitedHttpToolsProtocol"]
@@ -176,11 +178,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             may_answer = cycle is not None and not cycle.response_started
         else:  # the request the app may hold is an earlier one: answer only once its answer is complete
             may_answer = cycle is None or cycle.response_complete
-        _log.info("refused a request from %s: %s %s", self.client and self.client[0], error.status, error.code)
+        # The request the app took has its id already; a head refused before the app saw it gets one.
+        request_id = (cycle is not None and self._phase == _BODY and request_id_of(cycle.scope)) or new_request_id()
+        _log.info("refused a request from %s: %s %s (request_id=%s)", self.client and self.client[0], error.status,
+                  error.code, request_id)
         if may_answer and not self.transport.is_closing():
             status, headers, body = error_answer(error, close=True)
             head = [STATUS_LINE[status]]
-            for name, value in [*self.server_state.default_headers, *headers]:
+            for name, value in [*self.server_state.default_headers, *headers, *id_headers(request_id)]:
                 head += [name, b": ", value, b"\r\n"]
             head += [b"\r\n", body]
             self.transport.write(b"".join(head))

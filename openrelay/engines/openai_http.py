@@ -16,6 +16,7 @@ import orjson
 from pyreqwest.client import Client, ClientBuilder
 from pyreqwest.exceptions import PyreqwestError, RequestTimeoutError
 
+from .. import tracing
 from ..errors import error_envelope
 from .base import EngineReply, EngineUnavailable
 
@@ -63,7 +64,9 @@ class OpenAIEngine:
         except (msgspec.EncodeError, TypeError, ValueError, RecursionError) as exc:  # this record's problem only
             return EngineReply(400, error_envelope(f"the request body cannot be sent: {exc}"))
         try:
-            response = await self._http().post(self._url(endpoint)).body_bytes(payload).build().send()
+            # The record's x-request-id (vLLM logs it as the request's own) and, when tracing, its traceparent.
+            request = self._http().post(self._url(endpoint)).headers(tracing.call_headers())
+            response = await request.body_bytes(payload).build().send()
             status, content = response.status, (await response.bytes()).to_bytes()
         except RequestTimeoutError as exc:
             raise EngineUnavailable("engine timed out") from exc

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from .. import tracing
 from ..blobs.base import BlobStore
 from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import Catalog
@@ -59,7 +60,8 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | No
     try:
         if bad_body is not None:
             raise bad_body
-        return _create(rt, key, body, claim)
+        with tracing.span("batch create", {"openrelay.org_id": key.org_id}):
+            return _create(rt, key, body, claim)
     except BaseException:
         if claim is not None:
             # Only a 200 is kept. A claim we cannot delete now goes stale and is taken over by a later retry.
@@ -134,6 +136,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id=batch_id,
                        endpoint=endpoint, priority=priority, metadata=metadata, input_file_id=input_file_id,
                        blob_key=blob_key, rejections_file_id=rejections_file_id, threshold=threshold)
+    tracing.note("openrelay.batch_id", batch_id)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
     try:
         rt.batches.create(batch, now_ns(), new_files, claim=claim, answer=raw_answer,

@@ -1,11 +1,14 @@
 """A file's expiry as OpenAI takes it: ``{"anchor": "created_at", "seconds": N}``, N from the floor
 (``--min-expiry-seconds``, OpenAI's one hour by default) to 30 days. The same rule for a create's
-``output_expires_after`` (JSON) and an upload's ``expires_after`` (multipart fields ``expires_after[anchor]`` and
-``expires_after[seconds]``, as the OpenAI SDK sends them)."""
+``output_expires_after`` (JSON) and an upload's ``expires_after``: multipart fields ``expires_after[anchor]`` and
+``expires_after[seconds]``, as the OpenAI SDK sends them, or one ``expires_after`` part holding the JSON object, as
+OpenAI's OpenAPI document encodes it."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import orjson
 
 from ..errors import InvalidRequest
 
@@ -15,22 +18,31 @@ ANCHOR = "created_at"  # the only anchor OpenAI offers: the file's own created_a
 MAX_EXPIRY_SECONDS = 2_592_000  # 30 days, OpenAI's ceiling
 
 
-def output_expiry(value: Any, *, min_seconds: int) -> int | None:
-    """The seconds of a create's ``output_expires_after`` (None when it is not given)."""
+def output_expiry(value: Any, *, min_seconds: int, field: str = "output_expires_after") -> int | None:
+    """The seconds of an expiry object (None when it is not given): a create's ``output_expires_after``, or
+    ``field``'s (an upload's JSON ``expires_after``)."""
     if value is None:
         return None
     if not isinstance(value, dict) or set(value) - {"anchor", "seconds"}:
-        raise InvalidRequest('output_expires_after must be an object {"anchor": "created_at", "seconds": N}',
-                             param="output_expires_after")
+        raise InvalidRequest(f'{field} must be an object {{"anchor": "created_at", "seconds": N}}', param=field)
     seconds = value.get("seconds")
     if isinstance(seconds, bool) or not isinstance(seconds, int):
         seconds = None
-    return _checked(value.get("anchor"), seconds, field="output_expires_after", min_seconds=min_seconds)
+    return _checked(value.get("anchor"), seconds, field=field, min_seconds=min_seconds)
 
 
 def upload_expiry(fields: dict[str, str], *, min_seconds: int) -> int | None:
-    """The seconds of an upload's ``expires_after`` form fields (None when neither is given)."""
+    """The seconds of an upload's ``expires_after`` form fields (None when none is given)."""
     anchor, raw = fields.get("expires_after[anchor]"), fields.get("expires_after[seconds]")
+    if "expires_after" in fields:
+        if anchor is not None or raw is not None:
+            raise InvalidRequest("expires_after is given twice: send either one expires_after part (JSON) or "
+                                 "expires_after[anchor] and expires_after[seconds]", param="expires_after")
+        try:
+            value = orjson.loads(fields["expires_after"])
+        except orjson.JSONDecodeError:
+            value = fields["expires_after"]  # refused as not the object
+        return output_expiry(value, min_seconds=min_seconds, field="expires_after")
     if anchor is None and raw is None:
         return None
     seconds = int(raw) if raw is not None and raw.isascii() and raw.isdecimal() and len(raw) < 19 else None

@@ -75,11 +75,15 @@ class Upload:
                                  expires_after=expires_after)
 
 
-def list_files(files: Files, key: ApiKey, *, limit: int, after: str | None, purpose: str | None) -> dict:
+def list_files(files: Files, key: ApiKey, *, limit: int, after: str | None, purpose: str | None,
+               order: str = "desc") -> dict:
     require(key, Scope.FILES_READ)
     if not 1 <= limit <= 10_000:
         raise InvalidRequest("limit must be between 1 and 10000", param="limit")
-    found, more = files.list(key.org_id, limit=limit, after=after, purpose=purpose)
+    if order not in ("asc", "desc"):
+        raise InvalidRequest(f'order must be "asc" (oldest first) or "desc" (newest first); got {order!r}',
+                             param="order")
+    found, more = files.list(key.org_id, limit=limit, after=after, purpose=purpose, oldest_first=order == "asc")
     return list_page([f.as_api() for f in found], more)
 
 

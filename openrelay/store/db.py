@@ -26,7 +26,7 @@ from ..errors import StoreError, StoreUnavailable, no_such
 from ..ids import now
 from .batch_text import create_text_index
 
-__all__ = ["Database", "normalize_url", "newest_first_after", "holds_nul", "MIGRATIONS", "BASELINE", "HOOKS",
+__all__ = ["Database", "normalize_url", "in_order_after", "holds_nul", "MIGRATIONS", "BASELINE", "HOOKS",
            "CONNECT_SECONDS"]
 
 T = TypeVar("T")
@@ -173,15 +173,19 @@ def holds_nul(*texts: str | None) -> bool:
     return any(text is not None and "\x00" in text for text in texts)
 
 
-def newest_first_after(conn: Connection, table: sa.Table, query: sa.Select, *, org_id: str, after: str | None,
-                       kind: str) -> sa.Select:
-    """``query`` ordered newest first, starting after the row ``after`` (404 when the organization has none)."""
+def in_order_after(conn: Connection, table: sa.Table, query: sa.Select, *, org_id: str, after: str | None,
+                   kind: str, oldest_first: bool = False) -> sa.Select:
+    """``query`` ordered newest first (or oldest first), starting after the row ``after`` (404 when the
+    organization has none)."""
+    key = sa.tuple_(table.c.created_ns, table.c.id)
     if after:
         anchor = None if holds_nul(after) else conn.execute(
             sa.select(table.c.created_ns, table.c.id).where(table.c.id == after, table.c.org_id == org_id)).first()
         if anchor is None:
             raise no_such(kind, after, param="after")
-        query = query.where(sa.tuple_(table.c.created_ns, table.c.id) < sa.tuple_(*anchor))
+        query = query.where(key > sa.tuple_(*anchor) if oldest_first else key < sa.tuple_(*anchor))
+    if oldest_first:
+        return query.order_by(table.c.created_ns, table.c.id)
     return query.order_by(table.c.created_ns.desc(), table.c.id.desc())
 
 

@@ -11,7 +11,7 @@ from ..blobs.keys import rejections_key
 from ..errors import no_such
 from ..ids import now, now_ns
 from ..types import TERMINAL_VALUES, Batch, FileRecord
-from .db import Database, holds_nul, newest_first_after
+from .db import Database, holds_nul, in_order_after
 from .schema import batches, files
 
 __all__ = ["Files", "FileUses", "insert_file", "unexpired"]
@@ -67,7 +67,7 @@ class Files:
             raise no_such("File", file_id, param="file_id")
         return _file(row)
 
-    def list(self, org_id: str, *, limit: int, after: str | None, purpose: str | None,
+    def list(self, org_id: str, *, limit: int, after: str | None, purpose: str | None, oldest_first: bool = False,
              ) -> tuple[list[FileRecord], bool]:
         query = sa.select(files).where(files.c.org_id == org_id, unexpired())
         if holds_nul(purpose):
@@ -75,7 +75,8 @@ class Files:
         elif purpose:
             query = query.where(files.c.purpose == purpose)
         with self.db.read() as conn:
-            query = newest_first_after(conn, files, query, org_id=org_id, after=after, kind="File")
+            query = in_order_after(conn, files, query, org_id=org_id, after=after, kind="File",
+                                   oldest_first=oldest_first)
             rows = conn.execute(query.limit(limit + 1)).all()
         return [_file(r) for r in rows[:limit]], len(rows) > limit
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .. import tracing
 from ..blobs.keys import chunks_folder, dispatch_order_key, error_key, error_tail_key, output_key
 from ..ids import error_file_id, output_file_id
 from ..runtime import Runtime
@@ -36,6 +37,12 @@ def finalize_batch(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatu
     ``unrun_code``: the code of the records left unrun, when not the status's own (an early abort's). ``chunks``:
     the batch's durable chunks, when the caller knows them (its run committed them under its lease); else they are
     read. ``ended`` is called once the terminal transaction commits, before the blobs it no longer needs go."""
+    with tracing.span("batch finalize", {"openrelay.batch_id": batch.id, "openrelay.status": status.value}):
+        _finalize(rt, worker_id, batch, status, errors, unrun_code=unrun_code, chunks=chunks, ended=ended)
+
+
+def _finalize(rt: Runtime, worker_id: str, batch: Batch, status: BatchStatus, errors: list[dict] | None, *,
+              unrun_code: str | None, chunks: list[Chunk] | None, ended: Callable[[], None] | None) -> None:
     if chunks is None:
         chunks = rt.results.chunks(batch.id)
     rejections = read_rejections(rt.blobs, batch)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from .. import tracing
 from ..backoff import Backoff
 from ..config import Settings
 from ..engines.base import EngineReply
@@ -68,7 +69,12 @@ class EngineGate:
             while True:
                 replica = await self._pick(group, stop_reason, avoid)
                 sent = time.monotonic()
-                reply, outcome = await replica.send(endpoint, body)
+                where = {"openrelay.model": self.model, "openrelay.replica": replica.name}
+                with tracing.span("engine call", where) as span:  # a retry is a span of its own
+                    reply, outcome = await replica.send(endpoint, body)
+                    if span is not None:
+                        span.set_attributes({"http.response.status_code": reply.status_code,
+                                             "openrelay.outcome": outcome})
                 if outcome == "answered":
                     replica.answered(sent)
                     return reply

@@ -17,9 +17,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .. import tracing
 from ..catalog import ModelSpec
 from ..engines.base import EngineReply
 from ..failure_threshold import ABORTED_RECORD_CODE, FailureThreshold
+from ..ids import new_request_id
 from ..metrics import RUNNING_BATCHES
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
@@ -245,16 +247,18 @@ class BatchRun:
             self.abort.settled(failed=True)
             return True
         custom_id = record["custom_id"]
+        request_id = new_request_id()
         try:
-            reply = await self._answer(record["body"], group)
+            with tracing.engine_calls(request_id, self.batch.id, line):
+                reply = await self._answer(record["body"], group)
             if 200 <= reply.status_code < 300:
                 usage = record_usage(self.batch.endpoint, reply.body)
-                data = output_line(custom_id, reply.body, catalog_model=self.spec.name)
+                data = output_line(custom_id, reply.body, catalog_model=self.spec.name, request_id=request_id)
                 self.writer.add_output(line, data, usage=usage, cost=self.price.cost(
                     usage.input_tokens, usage.output_tokens, usage.cached_tokens))
                 self.abort.settled(failed=False)
             else:
-                self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body))
+                self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body, request_id))
                 self.abort.settled(failed=True)
         except Stopped as stop:
             if stop.reason in _STOPPED_MESSAGES:  # lost or drained: the record runs again where the batch goes

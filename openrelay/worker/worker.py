@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from .. import tracing
 from ..backoff import Backoff
 from ..catalog import ModelSpec
 from ..engines.factory import build_replicas
@@ -89,11 +90,15 @@ class Worker:
         """Claim until the store has nothing for this worker (a claim also queues the batches validated since the
         last one: ``Batches.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
+            started = time.time_ns()
             batch = await asyncio.to_thread(self.rt.leases.claim, self.worker_id, self.slots,
                                             self.rt.settings.worker.lease_seconds, frozenset(self._active),
                                             runs=self._may_run_more(), start_models=self._models_within_share())
             if batch is None:
-                return
+                return  # no span: an empty claim every tick would bury the ones that found work
+            tracing.span_since("batch claim", started, {"openrelay.batch_id": batch.id,
+                                                        "openrelay.worker_id": self.worker_id,
+                                                        "openrelay.status": batch.status.value})
             log.info("worker %s took batch %s (%s, %s)", self.worker_id, batch.id, batch.model, batch.status.value)
             task = asyncio.create_task(self._serve(batch))
             self._active[batch.id] = task

@@ -385,7 +385,8 @@ def v1_route(path: str, handler: Handler) -> Route:
                 body = None
             if STATE.record:
                 # The bytes too: a parsed body cannot show an integer orjson read as a float.
-                STATE.recorded.append({"path": path, "body": body, "raw": raw.decode("utf-8", "replace")})
+                STATE.recorded.append({"path": path, "body": body, "raw": raw.decode("utf-8", "replace"),
+                                       "headers": dict(request.headers)})
             if STATE.mode_delay:
                 await asyncio.sleep(STATE.mode_delay)
             if STATE.mode_status is not None:
