@@ -5,6 +5,9 @@ the suite's store, with answers kept ten minutes so that only a write can end th
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 import sqlalchemy as sa
 
 from openrelay.api.poll_cache import PollCache
@@ -65,6 +68,43 @@ def test_nothing_is_kept_when_off_past_its_bytes_or_for_a_long_url() -> None:
     assert polls.get("key", "/c") == b"123456"
     polls.put("key", "org", "/d", polls.token("org"), b"12345")  # still over: everything goes first
     assert (polls.get("key", "/c"), polls.get("key", "/d")) == (None, b"12345")
+
+
+def test_polls_that_miss_together_share_one_read_but_not_past_a_write() -> None:
+    async def scenario() -> None:
+        polls = PollCache(10, clock=Clock())
+        reads: list[asyncio.Event] = []
+
+        async def read() -> bytes:
+            reads.append(done := asyncio.Event())
+            n = len(reads)
+            await done.wait()
+            return f"read {n}".encode()
+
+        async def settle() -> None:  # let every task run until it waits
+            for _ in range(10):
+                await asyncio.sleep(0)
+
+        first = [asyncio.ensure_future(polls.answer("key", "org", "/a", read)) for _ in range(3)]
+        await settle()
+        assert len(reads) == 1  # three polls, one read
+        polls.forget("org")  # a write: the next poll may not share the read that began before it
+        after = asyncio.ensure_future(polls.answer("key", "org", "/a", read))
+        await settle()
+        assert len(reads) == 2
+        for done in reads:
+            done.set()
+        assert await asyncio.gather(*first, after) == [b"read 1"] * 3 + [b"read 2"]
+        assert polls.get("key", "/a") == b"read 2"  # the first read began before the write: not kept
+
+        async def refused() -> bytes:
+            raise LookupError("no such batch")
+
+        with pytest.raises(LookupError):  # an error reaches the poll, and nothing is kept
+            await polls.answer("key", "org", "/b", refused)
+        assert polls.get("key", "/b") is None
+
+    asyncio.run(scenario())
 
 
 def _store_metadata(server, batch_id: str, value: str) -> None:

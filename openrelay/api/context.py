@@ -87,12 +87,10 @@ class ApiContext:
     async def poll(self, request: Request, answer: Callable[[ApiKey], Any]) -> Response:
         """The JSON of ``answer(key)`` for a poll (a batch, a page of batches), or the same bytes this process
         gave the same key for the same URL less than ``poll_cache_seconds`` ago (``api/poll_cache.py``)."""
-        polls = self.polls
         key = await self.reader(request)
         target = request.scope["path"] + "?" + request.scope["query_string"].decode("latin-1")
-        body = polls.get(key.id, target)
-        if body is None:
-            token = polls.token(key.org_id)
-            body = orjson.dumps(await self.rt.db.run(answer, key))
-            polls.put(key.id, key.org_id, target, token, body)
-        return Response(body, media_type="application/json")
+
+        async def read() -> bytes:
+            return orjson.dumps(await self.rt.db.run(answer, key))
+
+        return Response(await self.polls.answer(key.id, key.org_id, target, read), media_type="application/json")
