@@ -18,7 +18,8 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(Batch) if not f.metadata.get(
 def batch_from_row(row: Row) -> Batch:
     """A whole row of ``batches`` as the record; a field the store has no column for (``NOT_STORED``) keeps its
     default."""
-    m = {name: row._mapping[name] for name in _FIELDS}
+    mapping = row._mapping
+    m = {name: mapping[name] for name in _FIELDS}
     m["status"] = BatchStatus(m["status"])
     m["errors"] = orjson.loads(m["errors"]) if m["errors"] else None  # an empty list shows as none
     for name in ("metadata", "failure_threshold"):
