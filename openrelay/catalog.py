@@ -12,9 +12,12 @@ from typing import Any
 from .errors import CatalogError
 from .urls import HttpUrl, UrlRefused, normalized_http_url
 
-__all__ = ["ENDPOINTS", "Catalog", "ModelSpec", "TokenPrice", "ToolLimits", "load_catalog", "parse_catalog"]
+__all__ = ["ENDPOINTS", "CHAT", "MESSAGES", "Catalog", "ModelSpec", "TokenPrice", "ToolLimits", "load_catalog",
+           "parse_catalog"]
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses")
+CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"  # Anthropic's Messages API: every chat model serves it, translated unless listed
+ENDPOINTS = (CHAT, "/v1/embeddings", "/v1/completions", "/v1/responses", MESSAGES)
 _NANO_PER_USD_PER_MTOK = Decimal(1000)  # 1 USD per Mtok = 1,000 nano-USD per token
 
 
@@ -57,7 +60,7 @@ class ModelSpec:
     output_usd_per_mtok: Decimal
     engine: dict[str, Any]
     # The most tokens a record's answer may have when the record sets no max_tokens (a dry run's estimate);
-    # None: the llama-cpp engine's own max_tokens, else service/estimate.py's DEFAULT_MAX_TOKENS.
+    # None: the llama-cpp engine's own max_tokens, else engines/worst_case.py's DEFAULT_MAX_TOKENS.
     default_max_tokens: int | None = None
     adaptive: bool = False
     min_concurrency: int = DEFAULT_MIN_CONCURRENCY
@@ -65,6 +68,9 @@ class ModelSpec:
     cached_input_usd_per_mtok: Decimal | None = None  # None: cached input tokens cost the input rate
     prefix_grouping: bool = True  # dispatch records that share a prompt prefix back to back (worker/dispatch.py)
     created: int = 0  # the model object's ``created`` (Unix seconds), as the catalog says; 0 when it does not
+    # ``/v1/messages`` goes to the engine as it is (the catalog lists it: llama-server, vLLM), not translated to
+    # chat completions (engines/messages_chat.py)
+    speaks_messages: bool = False
 
     def price(self, factor: Decimal) -> TokenPrice:
         usd = [self.input_usd_per_mtok, self.output_usd_per_mtok]
@@ -154,10 +160,13 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise CatalogError("catalog: every [[models]] needs a name")
-    endpoints = tuple(raw.get("endpoints") or ("/v1/chat/completions",))
+    endpoints = tuple(raw.get("endpoints") or (CHAT,))
     for ep in endpoints:
         if ep not in ENDPOINTS:
             raise CatalogError(f"catalog: model {name!r} names unsupported endpoint {ep!r}")
+    speaks_messages = MESSAGES in endpoints
+    if CHAT in endpoints and not speaks_messages:
+        endpoints += (MESSAGES,)  # message batches of a chat model go to its engine as chat completions
     engine = raw.get("engine")
     if not isinstance(engine, dict) or "kind" not in engine:
         raise CatalogError(f"catalog: model {name!r} needs engine = {{ kind = ... }}")
@@ -190,6 +199,7 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
         cached_input_usd_per_mtok=None if cached is None else Decimal(str(cached)),
         prefix_grouping=grouping,
         created=created,
+        speaks_messages=speaks_messages,
     )
 
 

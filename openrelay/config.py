@@ -39,6 +39,13 @@ def _count_or_none(raw: str) -> int | None:
     return int(raw) or None  # 0 is "no limit", like unset
 
 
+def _positive(raw: str) -> int:
+    count = int(raw)
+    if count < 1:
+        raise ValueError(raw)
+    return count
+
+
 def _days(raw: str) -> float:
     days = float(raw)
     if not days >= 0:
@@ -48,7 +55,8 @@ def _days(raw: str) -> float:
 
 _PARSERS: dict[type, Callable[[str], Any]] = {bool: _switch, int: int, float: float}
 _WANTED = {_switch: "a whole number (0: off)", int: "a whole number", float: "a number",
-           _count_or_none: "a whole number (0: no limit)", _days: "a number of days (0 or more)"}
+           _count_or_none: "a whole number (0: no limit)", _positive: "a whole number (1 or more)",
+           _days: "a number of days (0 or more)"}
 
 
 def setting(default: Any, env: str | None = None, *, parse: Callable[[str], Any] | None = None,
@@ -68,7 +76,7 @@ class HttpLimits:
     """What one request may send, how slowly, and whether it is logged (the API process; `orl serve`'s flags
     override them)."""
     max_header_bytes: int = setting(65_536, "OPENRELAY_MAX_HEADER_BYTES")  # request line and headers; 431 over it
-    max_create_body_bytes: int = setting(100_000_000, "OPENRELAY_MAX_CREATE_BYTES")  # POST /v1/batches; 413 over it
+    max_create_body_bytes: int = setting(100_000_000, "OPENRELAY_MAX_CREATE_BYTES")  # the creates' bodies; 413 over
     max_json_body_bytes: int = setting(1_000_000, "OPENRELAY_MAX_JSON_BYTES")  # every other JSON route; 413 over it
     max_upload_bytes: int = setting(200_000_000, "OPENRELAY_MAX_UPLOAD_BYTES")  # a file of POST /v1/files (200 MB)
     header_timeout_seconds: float = setting(10.0, "OPENRELAY_HEADER_TIMEOUT_SECONDS")  # first byte to end of headers
@@ -128,11 +136,15 @@ class EngineRetries:
 @dataclass(frozen=True, kw_only=True)
 class WebhookSettings:
     """Webhook deliveries (openrelay/webhooks): the wait after a failed attempt starts at the base and doubles,
-    capped; an event is given up this long after it was written; one attempt may take this long."""
+    capped (a delivery's, and its endpoint's pause); an event is given up this long after it was written; one
+    attempt may take this long, connect to last byte."""
     retry_base_seconds: float = setting(5.0, "OPENRELAY_WEBHOOK_RETRY_BASE_SECONDS")
     retry_max_seconds: float = setting(3600.0, "OPENRELAY_WEBHOOK_RETRY_MAX_SECONDS")
     give_up_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_GIVE_UP_SECONDS")
     timeout_seconds: float = setting(10.0, "OPENRELAY_WEBHOOK_TIMEOUT_SECONDS")
+    concurrency: int = setting(128, "OPENRELAY_WEBHOOK_CONCURRENCY", parse=_positive)  # attempts a loop has in flight
+    # Attempts in flight to one endpoint, across every loop; one while it is failing.
+    endpoint_concurrency: int = setting(4, "OPENRELAY_WEBHOOK_ENDPOINT_CONCURRENCY", parse=_positive)
     poll_seconds: float = setting(1.0, "OPENRELAY_WEBHOOK_POLL_SECONDS")  # a worker's loop looks for due deliveries
     # After `orl admin webhook rotate`, the replaced secret signs beside the new one this long.
     rotation_overlap_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS")

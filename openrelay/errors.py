@@ -16,11 +16,11 @@ middlewares and the connection alike)::
     ├── InsufficientScope                403 insufficient_scope
     ├── CsrfRefused                      403 csrf_refused            a dashboard form without its session's token
     ├── NotFound                         404 not_found               ``no_such`` words the "No such ... object"
-    ├── MethodNotAllowed                 405 server_error            a URL asked with a method it does not take
+    ├── MethodNotAllowed                 405 method_not_allowed      a URL asked with a method it does not take
     ├── RequestTimeout                   408 request_timeout         a request's head or body not read in time
     ├── Conflict                         409 (code given: batch_terminal, feature_disabled, idempotency_key_in_use, ...)
     ├── PayloadTooLarge                  413 file_too_large (uploads) | request_too_large (JSON bodies)
-    ├── RangeNotSatisfiable              416 range_not_satisfiable   a download's ``Range`` past the file's end
+    ├── RangeNotSatisfiable              416 range_not_satisfiable   a download's ``Range`` the file has no byte of
     ├── UnprocessableEntity              422 (code given: idempotency_key_reused)
     ├── HeadersTooLarge                  431 headers_too_large       request line and headers over their limit
     ├── StoreError                       500 store_error             a database or blob failure, translated
@@ -32,6 +32,9 @@ middlewares and the connection alike)::
     ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
     └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 
+On Anthropic's routes (``/v1/messages/...``) the same errors go out in Anthropic's envelope instead,
+``{"type": "error", "error": {"type", "message"}}``, its ``type`` by status (``anthropic_error``).
+
 Driver exceptions (SQLAlchemy, OS errors of the blob store, httpx) are translated at the boundary of the module
 that owns the driver; nothing above ``store/``, ``blobs/`` or ``engines/`` sees them.
 """
@@ -42,6 +45,8 @@ from typing import Any
 
 __all__ = [
     "error_envelope",
+    "anthropic_error",
+    "anthropic_envelope",
     "OpenRelayError",
     "InvalidRequest",
     "NoValidRecords",
@@ -75,6 +80,24 @@ def error_envelope(message: str, *, type_: str = "invalid_request_error", code: 
     return {"error": body}
 
 
+# Anthropic's error types by HTTP status (its SDK's ``ErrorObject`` union); any other 4xx is a request error.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 504: "timeout_error", 529: "overloaded_error"}
+
+
+def anthropic_error(status: int | None, message: str) -> dict[str, Any]:
+    """Anthropic's error object, ``{"type": "error", "error": {"type", "message"}}``, for an answer of
+    ``status`` (None: a request refused before it ran, a request error)."""
+    kind = _ANTHROPIC_TYPES.get(status or 400) or ("api_error" if (status or 400) >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_envelope(exc: OpenRelayError) -> dict[str, Any]:
+    """``exc`` as Anthropic's routes answer it."""
+    return anthropic_error(exc.status, exc.public_message or exc.message)
+
+
 class OpenRelayError(Exception):
     status = 500
     type = "server_error"
@@ -83,9 +106,10 @@ class OpenRelayError(Exception):
     retry_after_seconds: int | None = None  # a ``Retry-After`` for the answer: worth trying again this much later
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers  # more headers of the answer, (lower-case name, value): Allow, Content-Range
         if code is not None:
             self.code = code
         self.param = param
@@ -159,15 +183,16 @@ def no_such(kind: str, object_id: str, *, param: str | None = None) -> NotFound:
 
 
 class MethodNotAllowed(OpenRelayError):
-    """A URL we serve, asked with a method it does not take (the router's refusal). Its code has always been the
-    base class's ``server_error``; OpenAI's is null."""
+    """A URL we serve, asked with a method it does not take (the router's refusal), with ``Allow``."""
 
     status = 405
     type = "invalid_request_error"
+    code = "method_not_allowed"
 
 
 class RangeNotSatisfiable(OpenRelayError):
-    """``Range: bytes=N-`` with N at or past the file's end: nothing new yet, for a follower."""
+    """A download's ``Range`` that the file has no byte of (``bytes=N-`` at or past its end: nothing new yet, for a
+    follower); the answer's ``Content-Range`` gives the file's size."""
 
     status = 416
     type = "invalid_request_error"

@@ -11,12 +11,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 __all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "ENGINE_CONCURRENCY_LIMIT",
-           "WEBHOOK_ATTEMPTS", "register_queue_depths"]
+           "WEBHOOK_ATTEMPTS", "OVER_REPORTS", "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
 
 RECORDS = Counter("openrelay_records_total", "Records settled by this process's workers (made durable).",
                   ["model", "outcome"])
+OVER_REPORTS = Counter("openrelay_engine_over_reports_total", "Answers whose usage reported more tokens than the "
+                       "record's worst case: completion tokens past its max_tokens (or the model's default), prompt "
+                       "tokens past its input bound. A batch under a hard budget is billed the worst case.",
+                       ["model", "tokens"])
 ENGINE_RETRIES = Counter("openrelay_engine_retries_total", "Engine calls retried after 408/429/5xx or no answer.",
                          ["model"])
 RUNNING_BATCHES = Gauge("openrelay_running_batches", "Batches this process's workers are running now.", ["model"])

@@ -32,6 +32,7 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "/v1/chat/completions": ("messages",),
     "/v1/completions": ("prompt",),
     "/v1/responses": ("instructions", "input"),
+    "/v1/messages": ("system", "messages"),
 }
 LEVELS = tuple(256 << i for i in range(9))  # the prefix lengths hashed: 256 B, 512 B, ... 64 KiB
 ENTRY = struct.Struct("<IQIQI")  # line (1-based), offset, length (no newline), group, shared_bytes

@@ -210,6 +210,7 @@ class Batch:
     output_tokens: int = 0
     reasoning_tokens: int = 0  # of output_tokens
     cost_nano_usd: int = 0
+    reserved_nano_usd: int = 0  # what it still holds of its key's hard budget (store/budgets.py)
     metadata: dict[str, str] | None = None
     failure_threshold: dict[str, Any] | None = None  # the early abort's rule (failure_threshold.py), or None
     started: bool = False
@@ -218,6 +219,7 @@ class Batch:
     run_failures: int = 0
     throughput_window: str | None = None  # the last minute's durable flushes, as store/throughput.py keeps them
     concurrency_limit: int | None = None  # the adaptive limit its worker runs it at now (null when unknown)
+    unrun: int = 0  # of ``failed``, once it ended: the records that never started (cancelled, expired, failed)
     # The database's clock minus this machine's, measured when a worker claimed it; not a column (NOT_STORED).
     clock_skew: float = dataclasses.field(default=0.0, metadata={NOT_STORED: True})
     # The claim took it from its model's queue (a slot), not as one to end or resume; not a column either.

@@ -431,7 +431,7 @@ def test_models_lists_the_catalog(server):
     assert resp.status_code == 200
     assert resp.json() == {"object": "list", "data": [
         {"id": "test/echo", "object": "model", "created": 0, "owned_by": "openrelay",
-         "endpoints": ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]},
+         "endpoints": ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages"]},
         {"id": "test/embed", "object": "model", "created": 0, "owned_by": "openrelay", "endpoints": ["/v1/embeddings"]},
     ]}
     assert [m.id for m in server.client().models.list()] == ["test/echo", "test/embed"]

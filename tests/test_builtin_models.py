@@ -47,9 +47,10 @@ def test_builtin_catalog_lists_its_models_and_rejects_them_under_other_endpoints
     listed = server.orl("models")
     assert listed.returncode == 0, listed.stderr
     endpoints = {m["id"]: m["endpoints"] for m in json.loads(listed.stdout)["data"]}
-    assert endpoints == {"openrelay/minilm-l6": ["/v1/embeddings"], "openrelay/rapidocr": ["/v1/chat/completions"],
-                         "openrelay/smollm2-135m": ["/v1/chat/completions", "/v1/completions",
-                                                            "/v1/responses"]}
+    assert endpoints == {"openrelay/minilm-l6": ["/v1/embeddings"],
+                         "openrelay/rapidocr": ["/v1/chat/completions", "/v1/messages"],
+                         "openrelay/smollm2-135m": ["/v1/chat/completions", "/v1/completions", "/v1/responses",
+                                                    "/v1/messages"]}
     for endpoint, wrong in (("/v1/chat/completions", "openrelay/minilm-l6"), ("/v1/embeddings", "openrelay/rapidocr")):
         body = {"model": wrong, "input": "hi"} if endpoint == "/v1/embeddings" else \
             {"model": wrong, "messages": [{"role": "user", "content": "hi"}]}
@@ -59,7 +60,7 @@ def test_builtin_catalog_lists_its_models_and_rejects_them_under_other_endpoints
         assert refused.status_code == 400, refused.text
         [rejection] = refused.json()["error"]["rejected_records"]
         assert rejection["code"] == "model_endpoint_mismatch"
-        serves = endpoints[wrong][0]
+        serves = ", ".join(endpoints[wrong])
         assert rejection["message"] == f'model "{wrong}" is not offered for {endpoint} (it serves: {serves})'
 
 

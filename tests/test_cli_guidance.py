@@ -17,7 +17,7 @@ from tests.support.forked import ORL, run_orl
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
-SERVED = "/v1/chat/completions, /v1/completions, /v1/embeddings"  # the test catalog's endpoints, sorted
+SERVED = "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/messages"  # the test catalog's, sorted
 
 
 def _input(tmp_path: Path, *records: dict[str, Any] | bytes, name: str = "in.jsonl") -> Path:

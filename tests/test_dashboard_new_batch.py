@@ -17,7 +17,7 @@ from tests.support.browser import dashboard_root, sign_in
 pytestmark = pytest.mark.slow  # Chromium
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
-SERVED = [CHAT, EMBEDDINGS, "/v1/completions"]  # what the test catalog's models serve: no /v1/responses
+SERVED = [CHAT, EMBEDDINGS, "/v1/completions", "/v1/messages"]  # what the test catalog's serve: no /v1/responses
 
 
 def _upload_in_form(page: Page, server, path: Path) -> str:

@@ -17,6 +17,11 @@ STANDARD_IN, STANDARD_OUT = 150, 600  # test/echo at 0.30 / 1.20 USD per Mtok, x
 HELLO_TOKENS = 3 + 4 + 3  # "hello world": 11 bytes / 4 rounded up, + 4 for its message, + 3 for the reply
 
 
+def _bound(record: dict) -> int:
+    """A record's most input tokens on a remote engine: a token per byte of its body, + 256 for a chat template."""
+    return len(orjson.dumps(record["body"])) + 256
+
+
 def _with(record: dict, **body) -> dict:
     return {**record, "body": {**record["body"], **body}}
 
@@ -42,11 +47,13 @@ def test_dry_run_answers_what_the_create_would_and_stores_nothing(server):
     assert [(r["line"], r["code"]) for r in body["rejected_records"]] == [(3, "streaming_unsupported")]
     assert body["metadata"] == {"job": "estimate"}
     assert body["openrelay"]["queue_position"] is None
+    most_in = _bound(records[0]) + _bound(records[1])
     assert body["openrelay"]["estimate"] == {
         "input_tokens": 2 * HELLO_TOKENS,
+        "max_input_tokens": most_in,
         "max_output_tokens": 50 + 4096,  # r2 names no max_tokens: the catalog default
         "min_cost_nano_usd": 2 * HELLO_TOKENS * STANDARD_IN,
-        "max_cost_nano_usd": 2 * HELLO_TOKENS * STANDARD_IN + (50 + 4096) * STANDARD_OUT,
+        "max_cost_nano_usd": most_in * STANDARD_IN + (50 + 4096) * STANDARD_OUT,
         "tokens_counted": "approximate",  # test/echo is a remote engine
         "reusable_prefix_tokens": 0, "reusable_prefix_counted": "approximate",  # prompts too short to share
     }
@@ -60,8 +67,8 @@ def test_dry_run_answers_what_the_create_would_and_stores_nothing(server):
 
 def test_dry_run_at_the_expedited_rate_and_from_a_file_through_the_sdk(server):
     client = server.client()
-    data = b"".join(orjson.dumps(_with(chat(f"r{i}", "hello world"), max_completion_tokens=10)) + b"\n"
-                    for i in range(3))
+    records = [_with(chat(f"r{i}", "hello world"), max_completion_tokens=10) for i in range(3)]
+    data = b"".join(orjson.dumps(record) + b"\n" for record in records)
     uploaded = client.files.create(file=("in.jsonl", data), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                   completion_window="24h", extra_body={"dry_run": True, "priority": "expedited"})
@@ -70,7 +77,8 @@ def test_dry_run_at_the_expedited_rate_and_from_a_file_through_the_sdk(server):
     estimate = batch.model_extra["openrelay"]["estimate"]
     assert estimate["input_tokens"] == 3 * HELLO_TOKENS and estimate["max_output_tokens"] == 30
     assert estimate["min_cost_nano_usd"] == 3 * HELLO_TOKENS * 225  # 0.30 x 1,000 x 0.75
-    assert estimate["max_cost_nano_usd"] == 3 * HELLO_TOKENS * 225 + 30 * 900
+    assert estimate["max_input_tokens"] == 3 * _bound(records[0])
+    assert estimate["max_cost_nano_usd"] == 3 * _bound(records[0]) * 225 + 30 * 900
     assert client.batches.list().data == []
     assert [f.id for f in client.files.list().data] == [uploaded.id]  # only the upload itself
 
@@ -185,8 +193,8 @@ def test_ocr_counts_by_the_engines_rule(builtin):
 
 def test_output_limit_comes_from_the_record_else_the_models_default():
     from openrelay.catalog import parse_catalog
+    from openrelay.engines.worst_case import DEFAULT_MAX_TOKENS, output_limit
     from openrelay.errors import CatalogError
-    from openrelay.service.estimate import DEFAULT_MAX_TOKENS, output_limit
 
     catalog = parse_catalog('''
 [[models]]

@@ -39,6 +39,20 @@ def test_a_synchronous_route_says_this_is_a_batch_service(server):
         assert "batch service" in message and "POST /v1/files" in message and "POST /v1/batches" in message
 
 
+def test_a_method_a_route_does_not_take_is_a_405_with_allow(server):
+    """Issue 34 part 6: code ``method_not_allowed`` and ``Allow`` naming every method the path takes."""
+    for method, path, allow in (("DELETE", "/batches", "GET, POST"), ("PUT", "/files", "GET, POST"),
+                                ("POST", "/batches/batch_000000000000", "GET"),
+                                ("GET", "/batches/batch_000000000000/cancel", "POST"),
+                                ("PATCH", "/webhooks/we_0", "DELETE")):
+        answer = server.http(method, path)
+        assert answer.status_code == 405, (method, path, answer.text)
+        assert answer.headers["allow"] == allow, (method, path)
+        error = answer.json()["error"]
+        assert error["code"] == "method_not_allowed" and error["type"] == "invalid_request_error"
+        assert error["message"] == f"{method} is not allowed on /v1{path}; it takes {allow}"
+
+
 def test_a_base_url_without_v1_is_told_so(server):
     root = server.base_url.removesuffix("/v1")
     client = openai.OpenAI(base_url=root, api_key=server.api_key, max_retries=0)

@@ -5,7 +5,10 @@ tests/test_create_refusals.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
+import re
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -13,10 +16,17 @@ from decimal import Decimal
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
+from openrelay.catalog import parse_catalog
+from openrelay.engines.worst_case import worst_case
+from openrelay.types import Batch, BatchStatus
+from openrelay.worker.billing import Billing, NoRoom
+from tests.support import http_client
 from tests.support.batches import batch_ids, chat, error_of, file_ids, get, jsonl, org_key, post_batch, wait_for
 from tests.support.cli import ok
+from tests.support.server import TEST_CATALOG
 
 SERVER_PER_MODULE = True  # each test makes an organization of its own and ends every batch it made
 
@@ -226,3 +236,98 @@ def test_a_retry_is_a_create_and_reserves_like_one(server, engine):
     assert _end(server, engine, secret, [retried.json()["id"]], hold)[0]["request_counts"]["failed"] == 1
     shown = _show(server, key_id)
     assert (shown["spent_nano_usd"], shown["reserved_nano_usd"], shown["left_nano_usd"]) == (spent, 0, retry_cost)
+
+
+# -- issue 34 part 3: the budget holds whatever the tokenizer counts and whatever the engine reports ----------------
+
+def _over_reports(server) -> float:
+    text = http_client.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    found = re.search(r'^openrelay_engine_over_reports_total\{model="test/echo",tokens="completion"\} (\S+)$', text,
+                      re.MULTILINE)
+    return float(found[1]) if found else 0.0
+
+
+def test_a_hard_budget_holds_when_the_engine_counts_a_token_a_word(server):
+    """The issue's first case: 10 records of 2,000 one-letter words, max_tokens 1, on a key whose budget is 1.2x
+    the dry run's maximum. The engine counts a token a word, twice the approximate count; every record runs and
+    the key is billed within its budget, because the maximum is a bound (a token per byte) and not the count."""
+    words = " ".join(["a"] * 2000)
+    records = [chat(f"r{i}", f"{words} #tokens=1", max_tokens=1) for i in range(10)]
+    _org, secret, key_id = _hard_key(server, 10**9, "--hard-budget")
+    estimate = post_batch(server, api_key=secret, requests=records, dry_run=True).json()["openrelay"]["estimate"]
+    budget = estimate["max_cost_nano_usd"] * 12 // 10
+    ok(server.admin("key", "set-budget", key_id, "--budget-usd", _usd(budget)))
+    created = post_batch(server, api_key=secret, requests=records)
+    assert created.status_code == 200, created.text
+    done = server.wait(created.json()["id"], api_key=secret)
+    assert done["status"] == "completed" and done["request_counts"]["completed"] == 10, done
+    assert done["usage"]["input_tokens"] == 10 * 2001 > estimate["input_tokens"]  # the engine's count, 1.98x
+    assert estimate["max_input_tokens"] >= done["usage"]["input_tokens"]
+    shown = _show(server, key_id)
+    assert shown["spent_nano_usd"] == done["usage"]["cost_nano_usd"] <= budget
+    assert shown["reserved_nano_usd"] == 0
+
+
+def test_an_engine_reporting_past_max_tokens_is_billed_the_worst_case_and_counted(server):
+    """The issue's second case: an engine that reports 5,000 completion tokens against max_tokens 1 (Ollama and
+    some llama.cpp builds ignore the limit). A hard key is billed at most the record's worst case, the result line
+    keeps what the engine said, and the over-report is on /metrics and in the log. A key without the flag is
+    billed what the engine reports, as before."""
+    records = [chat("big", "hi #tokens=5000", max_tokens=1)]
+    org, secret, key_id = _hard_key(server, 10**9, "--hard-budget")
+    budget = _max_cost(server, secret, records) * 12 // 10
+    ok(server.admin("key", "set-budget", key_id, "--budget-usd", _usd(budget)))
+    soft = org_key(server, org, "--budget-usd", "1")
+    counted = _over_reports(server)
+    ended = []
+    for api_key in (secret, soft):
+        created = post_batch(server, api_key=api_key, requests=records)
+        assert created.status_code == 200, created.text
+        ended.append(server.wait(created.json()["id"], api_key=api_key))
+    hard, default = ended
+    assert hard["status"] == default["status"] == "completed"
+    assert (hard["usage"]["input_tokens"], hard["usage"]["output_tokens"]) == (2, 1)
+    assert hard["usage"]["cost_nano_usd"] == 2 * 150 + 1 * 600  # 0.30 and 1.20 USD per Mtok at the standard tier
+    assert _show(server, key_id)["spent_nano_usd"] == hard["usage"]["cost_nano_usd"] <= budget
+    line = orjson.loads(server.client(api_key=secret).files.content(hard["output_file_id"]).content)
+    assert line["response"]["body"]["usage"]["completion_tokens"] == 5000
+    assert default["usage"]["output_tokens"] == 5000 and default["usage"]["cost_nano_usd"] == 2 * 150 + 5000 * 600
+    assert _over_reports(server) == counted + 2
+    log = server.log()
+    assert f"batch {hard['id']} line 1: the engine reported 2 prompt and 5000 completion tokens" in log
+    assert f"batch {default['id']} line 1: the engine reported" in log
+
+
+def test_a_record_starts_only_when_its_worst_case_fits_in_what_its_batch_holds():
+    """The worker's side (worker/billing.py), on the catalog's own types: records in flight hold their worst
+    case of the batch's reservation; one that does not fit ends with key_budget_exceeded instead of running; a
+    record is billed at most its worst case and gives back the rest; a batch without a reservation is billed what
+    the engine reports."""
+    catalog = parse_catalog(TEST_CATALOG.format(engine="http://127.0.0.1:9/v1", slots=1, concurrency=1))
+    spec, price = catalog.models["test/echo"], catalog.models["test/echo"].price(catalog.factor("standard"))
+    body = chat("a", "hello there", max_tokens=10)["body"]
+    worst = worst_case(spec, "/v1/chat/completions", body)
+    assert worst.output_tokens == 10 and worst.input_tokens > len(orjson.dumps(body))
+    cost = price.cost(worst.input_tokens, worst.output_tokens)
+    batch = Batch(id="batch_0", org_id="o", key_id="k", endpoint="/v1/chat/completions", input_file_id="f",
+                  input_blob_key="b", completion_window="24h", priority="standard", status=BatchStatus.IN_PROGRESS,
+                  model="test/echo", created_at=0, expires_at=1, reserved_nano_usd=2 * cost)
+    billing = Billing(batch, spec, price)
+    over = {"usage": {"prompt_tokens": 3, "completion_tokens": 5000}}
+
+    async def run() -> None:
+        async with billing.holding(1, body), billing.holding(2, body) as second:
+            with pytest.raises(NoRoom) as refused:
+                async with billing.holding(3, body):
+                    pass
+            assert refused.value.code == "key_budget_exceeded" and f"up to {cost} nano-USD" in str(refused.value)
+            usage, billed = billing.bill(second, over)
+            assert (usage.input_tokens, usage.output_tokens, billed) == (3, 10, price.cost(3, 10))
+        assert billing.room == 2 * cost - billed  # the first ended unbilled (an error line): its hold came back
+        async with billing.holding(3, body):
+            pass
+        soft = Billing(dataclasses.replace(batch, reserved_nano_usd=0), spec, price)
+        async with soft.holding(1, body) as hold:
+            assert soft.bill(hold, over)[1] == price.cost(3, 5000)
+
+    asyncio.run(run())

@@ -12,13 +12,11 @@ import pytest
 import sqlalchemy as sa
 
 from openrelay.errors import StoreError
-from openrelay.store.accounts import Accounts
 from openrelay.store.batch_search import BatchQuery, search
 from openrelay.store.batch_text import create_text_index
 from openrelay.store.batches import Batches
 from openrelay.store.db import BASELINE, MIGRATIONS, Database
 from openrelay.store.schema import metadata
-from openrelay.types import Batch, BatchStatus
 from tests.support.store_rows import fresh_url
 
 FIXTURES = Path(__file__).parent / "fixtures" / "schema_0021"
@@ -71,16 +69,19 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def _a_batch(db: Database) -> Batch:
-    accounts = Accounts(db)
-    org = accounts.create_org("before")
-    key, _secret = accounts.create_key(org.id)
-    batch = Batch(id="batch_000000000001", org_id=org.id, key_id=key.id, endpoint="/v1/chat/completions",
-                  input_file_id="file-1", input_blob_key="files/1", completion_window="24h", priority="standard",
-                  status=BatchStatus.VALIDATING, model="m", created_at=1_000, expires_at=87_400, total=2,
-                  metadata={"tags": "kept,old"})
-    Batches(db).create(batch, 1_000 * 10**9, [])
-    return batch
+def _a_batch_as_it_was(db: Database) -> None:
+    """An organization, a key and a tagged batch, as the code of schema 0021 wrote them."""
+    with db.write() as conn:
+        conn.exec_driver_sql("INSERT INTO organizations (id, name, created_at) VALUES ('o1', 'before', 0)")
+        conn.exec_driver_sql("INSERT INTO api_keys (id, org_id, key_hash, prefix, scopes, created_at) "
+                             "VALUES ('k1', 'o1', 'h', 'p', 'batch.read', 0)")
+        conn.exec_driver_sql(
+            "INSERT INTO batches (id, org_id, key_id, endpoint, input_file_id, input_blob_key, completion_window, "
+            "priority, status, model, created_at, created_ns, expires_at, total, metadata) VALUES ('batch_1', 'o1', "
+            "'k1', '/v1/chat/completions', 'f', 'b', '24h', 'standard', 'completed', 'm', 1000, 1, 87400, 2, "
+            "'{\"tags\":\"kept,old\"}')")
+        conn.exec_driver_sql("INSERT INTO batch_tags (batch_id, org_id, tag, created_ns) VALUES "
+                             "('batch_1', 'o1', 'kept', 1), ('batch_1', 'o1', 'old', 1)")
 
 
 def test_a_new_store_gets_the_schema_of_schema_py_and_a_second_run_does_nothing(tmp_path) -> None:
@@ -105,13 +106,13 @@ def test_a_store_made_before_the_baseline_goes_on_from_it_with_its_rows(tmp_path
     with fresh_url(tmp_path) as old_url, fresh_url(tmp_path / "new") as new_url:
         old, new = Database(old_url), Database(new_url)
         _made_before_the_baseline(old)
-        batch = _a_batch(old)
+        _a_batch_as_it_was(old)
         assert old.migrate() == [v for v, _, _ in MIGRATIONS if v > BASELINE]
         new.migrate()
         assert _schema(old) == _schema(new)
-        assert Batches(old).get(batch.org_id, batch.id).metadata == {"tags": "kept,old"}
-        found, _more = search(old, batch.org_id, BatchQuery(tags=("old",)), limit=5)
-        assert [b.id for b in found] == [batch.id]
+        assert Batches(old).get("o1", "batch_1").metadata == {"tags": "kept,old"}
+        found, _more = search(old, "o1", BatchQuery(tags=("old",), text="kept"), limit=5)
+        assert [b.id for b in found] == ["batch_1"]
         old.dispose()
         new.dispose()
 

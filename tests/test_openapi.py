@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import schemathesis
 from schemathesis import checks as st_checks
@@ -248,9 +249,71 @@ def test_every_operation_answers_as_documented(live_server: Server, engine_url: 
     assert live.wait(held["id"])["status"] == "cancelled"
     _call(live, "GET", "/v1/batches", 200, query={"status": "cancelled"})
 
+    # Anthropic's message batches: its shapes and its error envelope
+    message = {"requests": [{"custom_id": "m", "params": {"model": "test/echo", "max_tokens": 8,
+                                                          "messages": [{"role": "user", "content": "hi"}]}}]}
+    made = _call(live, "POST", "/v1/messages/batches", 200, body=message).json()
+    _call(live, "POST", "/v1/messages/batches", 400, body={"requests": []})
+    _call(live, "POST", "/v1/messages/batches", 401, key="orl-not-a-key", body=message)
+    _call(live, "POST", "/v1/messages/batches", 402, key=spent, body=message)
+    _call(live, "POST", "/v1/messages/batches", 403, key=read_only, body=message)
+    _call(live, "GET", "/v1/messages/batches/{batch_id}", 404, path_parameters={"batch_id": created["id"]})
+    live.wait(made["id"])
+    message_path = {"path_parameters": {"batch_id": made["id"]}}
+    _call(live, "GET", "/v1/messages/batches/{batch_id}", 200, **message_path)
+    assert _call(live, "GET", "/v1/messages/batches", 200, query={"limit": 1}).json()["first_id"] == made["id"]
+    _call(live, "GET", "/v1/messages/batches", 400, query={"limit": 0})
+    _call(live, "GET", "/v1/messages/batches", 404, query={"after_id": "batch_000000000000"})
+    assert b'"succeeded"' in _call(live, "GET", "/v1/messages/batches/{batch_id}/results", 200,
+                                   **message_path).content
+    _call(live, "POST", "/v1/messages/batches/{batch_id}/cancel", 409, **message_path)
+    _call(live, "DELETE", "/v1/messages/batches/{batch_id}", 200, **message_path)
+    _call(live, "DELETE", "/v1/messages/batches/{batch_id}", 404, **message_path)
+
     _call(live, "DELETE", "/v1/files/{file_id}", 200, path_parameters={"file_id": file["id"]})
     _call(live, "DELETE", "/v1/files/{file_id}", 404, path_parameters={"file_id": file["id"]})
     _call(live, "GET", "/v1/files/{file_id}", 404, path_parameters={"file_id": file["id"]})
+
+
+def _schema_takes(pointer: str, instance: Any) -> bool:
+    """Whether the document's schema at ``pointer`` (a JSON pointer into the document) accepts ``instance``."""
+    return jsonschema.Draft202012Validator({**_document(), "$ref": pointer}).is_valid(instance)
+
+
+_FORM = "#/paths/~1v1~1files/post/requestBody/content/multipart~1form-data/schema"
+_JSONL = json.dumps(_record("a")).encode() + b"\n"
+
+
+def test_the_document_refuses_what_the_server_refuses(live_server: Server) -> None:
+    """Issue 34 part 6: for each request here, the document's schema and the server agree on whether it may be
+    sent (the server refuses it with 400, or takes it: 200, or 404 for a retry of an unknown batch)."""
+    live = live_server
+    seconds, anchor = "expires_after[seconds]", "expires_after[anchor]"
+    one_part = json.dumps({"anchor": "created_at", "seconds": 3600})
+    uploads = [({seconds: "3600"}, False), ({anchor: "created_at"}, False), ({anchor: "created_at", seconds: "1"},
+               False), ({anchor: "created_at", seconds: "0003600"}, True), ({"note": "x"}, True),
+               ({"expires_after": one_part}, True),
+               ({"expires_after": json.dumps({"anchor": "created_at", "seconds": 60})}, False)]
+    for fields, takes in uploads:
+        answer = live.http("POST", "/files", files={"file": ("in.jsonl", _JSONL)}, data={"purpose": "batch", **fields})
+        assert answer.status_code == (200 if takes else 400), (fields, answer.text)
+        parts = {k: json.loads(v) if k == "expires_after" else v for k, v in fields.items()}
+        assert _schema_takes(_FORM, {"file": "x", "purpose": "batch", **parts}) is takes, fields
+    creates = [({"output_expires_after": None}, True),
+               ({"output_expires_after": {"anchor": "created_at", "seconds": 60}}, False)]
+    for fields, takes in creates:
+        body = _create([_record("a")], **fields)
+        assert live.http("POST", "/batches", json=body).status_code == (200 if takes else 400), fields
+        assert _schema_takes("#/components/schemas/BatchCreateRequest", body) is takes, fields
+    for body, takes in (({"codes": None}, True), ({"codes": []}, False), ({"codes": [""]}, False)):
+        answer = live.http("POST", "/batches/batch_000000000000/retry", json=body)
+        assert answer.status_code == (404 if takes else 400), (body, answer.text)
+        assert _schema_takes("#/components/schemas/RetryRequest", body) is takes, body
+    hooks = [({"url": "https://hooks.example.com/x"}, True), ({"url": "ftp://hooks.example.com/x"}, False),
+             ({"url": "https://hooks.example.com/x", "secret": "mine"}, False)]
+    for body, takes in hooks:
+        assert live.http("POST", "/webhooks", json=body).status_code == (200 if takes else 400), body
+        assert _schema_takes("#/components/schemas/WebhookCreateRequest", body) is takes, body
 
 
 NUL_CASES = [
@@ -268,6 +331,9 @@ NUL_CASES = [
     ("GET", "/v1/files", 200, {"query": {"purpose": "\x00"}}),
     ("POST", "/v1/batches", 404, {"body": {"input_file_id": "file-\x00", "endpoint": "/v1/chat/completions",
                                            "completion_window": "24h"}}),
+    ("GET", "/v1/messages/batches/{batch_id}", 404, {"path_parameters": {"batch_id": "batch_\x00"}}),
+    ("DELETE", "/v1/messages/batches/{batch_id}", 404, {"path_parameters": {"batch_id": "batch_\x00"}}),
+    ("GET", "/v1/messages/batches", 404, {"query": {"before_id": "batch_\x00"}}),
 ]
 def _nul_case_id(method: str, path: str, case: dict[str, Any]) -> str:
     where = case.get("query") or case.get("path_parameters") or case.get("body") or {}

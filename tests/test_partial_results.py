@@ -18,7 +18,7 @@ import pytest
 from openrelay.blobs.local import LocalBlobStore
 from openrelay.blobs.s3 import S3BlobStore, S3Location
 from openrelay.service.partial_results import PartialFile, parse_result_file_id, read_partial
-from tests.support.batches import TERMINAL, chat, create, get, wait_for
+from tests.support.batches import TERMINAL, chat, create, get, upload, wait_for
 from tests.support.forked import ORL
 from tests.support.seaweed import s3_bucket, seaweed  # noqa: F401  (session fixtures)
 
@@ -103,6 +103,46 @@ def test_result_files_grow_while_running_each_read_a_prefix_of_the_next(server, 
     assert sorted(line["custom_id"] for line in _lines(final_err)) == ["bad0", "bad1"]
     ended = _file(server, out_id).json()
     assert ended["status"] == "processed" and "openrelay" not in ended and ended["bytes"] == len(final_out)
+
+
+def test_single_ranges_of_every_form_answer_206(server, engine):
+    """Issue 34 part 5: bytes=A-B, A- and -N each answer 206 with exactly those bytes, on an uploaded file, a
+    running batch's partial result file and an ended one; a range the file has no byte of is 416; several ranges,
+    another unit or an end before its start are ignored (200, the whole file)."""
+    gate = "pr-ranges"
+    batch_id = create(server, [chat(f"g{i}", f"ranged {i} #hold={gate}") for i in range(3)])["id"]
+    out_id = f"file-{batch_id}-output"
+    engine.wait_held(gate, 3)
+    engine.release(gate, count=2)
+    _when_lines(server, out_id, 2)
+    partial = _content(server, out_id).content
+    text = b"".join(b"{\"n\": %d}\n" % i for i in range(1000))
+    uploaded = upload(server, text)
+
+    def check(file_id: str, whole: bytes) -> None:
+        size = len(whole)
+        assert _content(server, file_id).headers["accept-ranges"] == "bytes"
+        for asked, start, stop in (("bytes=0-99", 0, 100), ("bytes=0-0", 0, 1), ("bytes=-100", size - 100, size),
+                                   ("bytes=10-", 10, size), (f"bytes={size - 1}-{size + 500}", size - 1, size),
+                                   (f"bytes=-{size + 5}", 0, size), ("bytes=5-9", 5, 10)):
+            answer = _content(server, file_id, range=asked)
+            assert answer.status_code == 206, (file_id, asked, answer.status_code)
+            assert answer.content == whole[start:stop], (file_id, asked)
+            assert answer.headers["content-range"] == f"bytes {start}-{stop - 1}/{size}", (file_id, asked)
+            assert int(answer.headers["content-length"]) == stop - start
+        for asked in (f"bytes={size}-", f"bytes={size}-{size + 9}", "bytes=-0"):
+            refused = _content(server, file_id, range=asked)
+            assert refused.status_code == 416 and refused.json()["error"]["code"] == "range_not_satisfiable"
+            assert refused.headers["content-range"] == f"bytes */{size}", asked
+        for ignored in ("bytes=0-9,20-29", "items=0-9", "bytes=9-0", "bytes=-", "bytes=a-b"):
+            answer = _content(server, file_id, range=ignored)
+            assert answer.status_code == 200 and answer.content == whole, ignored
+
+    check(uploaded, text)
+    check(out_id, partial)
+    engine.release(gate)
+    assert server.wait(batch_id)["status"] == "completed"
+    check(out_id, _content(server, out_id).content)
 
 
 def test_sdk_reads_a_partial_file(server, engine):

@@ -140,7 +140,7 @@ def test_create_rules_on_responses(make_server, engine, engine_url):
                                                 "requests": [record("e", input="x")]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "endpoint"
     assert bad.json()["error"]["message"] == ("endpoint must be one of: /v1/chat/completions, /v1/embeddings, "
-                                              "/v1/completions, /v1/responses")
+                                              "/v1/completions, /v1/responses, /v1/messages")
 
 
 # -- tool calling over MCP ---------------------------------------------------------------------------------------

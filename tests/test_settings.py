@@ -56,14 +56,14 @@ def test_special_values_mean_what_they_meant() -> None:
 def test_every_variable_has_its_own_name_and_the_deploy_page_shows_its_default() -> None:
     names = [f.metadata["env"] for *_, f in READ_BY_BUILD] + [env_var(Settings, "blob_url"),
                                                               env_var(Settings, "metrics_token")]
-    assert len(names) == len(set(names)) == 43  # 41 read by Settings.build, 2 by the CLI
+    assert len(names) == len(set(names)) == 45  # 43 read by Settings.build, 2 by the CLI
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     assert not [name for name in names if f"`{name}`" not in deploy]
     shown = dict(re.findall(r"`(OPENRELAY_[A-Z_]+)` \(([\d.]+)\)", deploy))
     for *_, f in READ_BY_BUILD:
         if f.metadata["env"] in shown:
             assert float(shown[f.metadata["env"]]) == f.default, f.metadata["env"]
-    assert len(shown) == 33  # every variable but the flags' and the token, whose defaults the flags' table shows
+    assert len(shown) == 35  # every variable but the flags' and the token, whose defaults the flags' table shows
 
 
 def test_only_config_and_the_cli_read_variables() -> None:

@@ -167,6 +167,22 @@ def test_unknown_event_types_are_refused(org: Server, events: object) -> None:
     assert error["param"] == "events" and "event type" in error["message"]
 
 
+def test_unusable_addresses_are_refused_at_registration(org: Server, receiver: Receiver) -> None:
+    """Forms of the receiver's own loopback address that no delivery can use (issue 34 part 6), although the
+    catalog's [webhooks] allow lets 127.0.0.1 on this port be reached: 400 naming url, nothing registered."""
+    port = receiver.base.rsplit(":", 1)[1]
+    before = org.http("GET", "/webhooks").json()["data"]
+    for host in ("[::127.0.0.1]", "127.000.000.001", "127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1",
+                 "127.0.0.1.", "[::]", "0.0.0.0", "224.0.0.1", "[ff02::1]", "240.0.0.1", "[2002::]"):
+        answer = org.http("POST", "/webhooks", json={"url": f"http://{host}:{port}/hooks/x"})
+        assert answer.status_code == 400, (host, answer.text)
+        assert answer.json()["error"]["param"] == "url", host
+        refused = org.admin("webhook", "add", "--org", org.org, "--url", f"http://{host}:{port}/hooks/x")
+        assert refused.returncode == 2 and refused.stdout == "", (host, refused)
+    assert org.http("GET", "/webhooks").json()["data"] == before
+    assert org.http("POST", "/webhooks", json={"url": receiver.url("usual-form")}).status_code == 200
+
+
 def test_admin_refuses_unknown_event_types(org: Server) -> None:
     refused = org.admin("webhook", "add", "--org", org.org, "--url", "https://hooks.example.com/f", "--events",
                         "batch.completed,batch.nope")
@@ -301,3 +317,21 @@ def test_the_workers_prune_the_log_of_finished_deliveries(make_server, engine_ur
     receiver.wait_for(hook, lambda r: r[-1]["answered"] == 200, "the delivery")
     wait_for(lambda: delivery_log(server, "--endpoint", made["id"]) == [], "the finished delivery's log to go")
     assert server.admin("webhook", "replay", first["delivery_id"]).returncode == 4  # the delivery is gone too
+
+
+def test_retention_keeps_a_batch_until_its_webhook_is_delivered(make_server, engine_url: str,
+                                                                 receiver: Receiver) -> None:
+    server = make_server(catalog=hook_catalog(engine_url, receiver), args=("--retention-days", "0"),
+                         env={**FAST, "OPENRELAY_SWEEP_SECONDS": "0.2"})
+    hook = name()
+    register(server, receiver.url(hook))
+    receiver.fail(hook, 10 ** 6)
+    owed = completed_batch(server, "owed")
+    receiver.wait_for(hook, lambda got: len(got) >= 2, "the event being retried")
+    other = server.for_new_org()  # no endpoint: its batch owes nothing
+    ended_after = completed_batch(other, "other")
+    wait_for(lambda: other.http("GET", f"/batches/{ended_after}").status_code == 404, "the sweeper to prune it")
+    assert server.http("GET", f"/batches/{owed}").status_code == 200  # ended first, kept for its webhook
+    receiver.fail(hook, 0)  # the receiver is back: once the event is delivered, the batch goes
+    receiver.wait_for(hook, lambda got: got[-1]["answered"] == 200, "the delivery")
+    wait_for(lambda: server.http("GET", f"/batches/{owed}").status_code == 404, "the delivered batch to be pruned")

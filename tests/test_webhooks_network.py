@@ -41,6 +41,13 @@ NOTHING = parse_catalog("")
     ("fd00:ec2::254", True, "link-local or metadata"),
     ("100.100.100.200", True, "link-local or metadata"),
     ("168.63.129.16", True, "link-local or metadata"),
+    ("::127.0.0.1", True, "no delivery can reach"),  # IPv4-compatible IPv6: never routed
+    ("::", True, "no delivery can reach"),
+    ("0.0.0.0", True, "no delivery can reach"),
+    ("224.0.0.1", False, "no delivery can reach"),  # multicast, though "global"
+    ("ff02::1", True, "no delivery can reach"),
+    ("255.255.255.255", True, "no delivery can reach"),
+    ("2002::", True, "no delivery can reach"),  # 6to4 of 0.0.0.0
 ])
 def test_address_refusal(address: str, private_allowed: bool, refused: str | None) -> None:
     why = address_refusal(ipaddress.ip_address(address), private_allowed=private_allowed)
@@ -66,6 +73,12 @@ def test_address_refusal(address: str, private_allowed: bool, refused: str | Non
     ("https://" + "h" * 2036 + ".com", NOTHING, "at most 2048"),  # 2048 as written, 2049 with its "/"
     ("https://hooks.example.com/\x00", NOTHING, "characters"),
     (None, NOTHING, "http(s)"),
+    ("http://127.000.000.001:8123/hooks/a", ALLOWING, "four decimal numbers"),
+    ("http://127.1:8123/hooks/a", ALLOWING, "four decimal numbers"),
+    ("http://0x7f.0.0.1:8123/hooks/a", ALLOWING, "four decimal numbers"),
+    ("http://hooks.example.123/", NOTHING, "four decimal numbers"),  # a last label of digits is no name
+    ("http://[::127.0.0.1]:8123/hooks/a", ALLOWING, "no delivery can reach"),
+    ("http://1.2.3.4.example.com/", NOTHING, None),
 ])
 def test_webhook_url_problem(url: object, catalog, refused: str | None) -> None:
     problem = webhook_url_problem(url, catalog)

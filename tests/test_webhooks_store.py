@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from openrelay.backoff import Backoff
 from openrelay.errors import Conflict, NotFound, StoreError
 from openrelay.ids import new_batch_id, now, now_ns
 from openrelay.store.accounts import Accounts
@@ -18,11 +19,35 @@ from openrelay.store.batches import Batches
 from openrelay.store.db import Database
 from openrelay.store.leases import BatchLeases
 from openrelay.store.results import LeaseLost, Results
+from openrelay.store.retention import Retention
 from openrelay.store.schema import webhook_deliveries, webhook_events
 from openrelay.store.webhook_log import PrunedLog
+from openrelay.store.webhook_outbox import DueDelivery
 from openrelay.store.webhooks import WebhookStore
 from openrelay.types import Batch, BatchStatus
 from tests.support.store_rows import fresh_database
+
+HOUR = Backoff(base=3600.0, cap=3600.0)  # a failed delivery, and its endpoint, wait an hour: past any test
+ANY = 1000  # attempts in flight to one endpoint: as many as asked
+
+
+def claimed(store: WebhookStore, *, hold_seconds: float = 60.0, endpoint_concurrency: int = ANY,
+            rotation_overlap: float = 0.0) -> list[DueDelivery]:
+    """Every delivery the claims of one loop take now, claim after claim."""
+    taken: list[DueDelivery] = []
+    while found := store.claim_due(limit=100, hold_seconds=hold_seconds, endpoint_concurrency=endpoint_concurrency,
+                                   rotation_overlap=rotation_overlap):
+        taken += found
+        if hold_seconds == 0:  # due again at once: once is all
+            break
+    return taken
+
+
+def record(store: WebhookStore, due: DueDelivery, outcome: str, *, backoff: Backoff = HOUR,
+           give_up_after: float = 86_400, retry: bool = True) -> str:
+    return store.record_attempt(due, outcome=outcome, status_code=200 if outcome == "delivered" else 503,
+                                error=None if outcome == "delivered" else "x", duration_ms=1, backoff=backoff,
+                                give_up_after=give_up_after, retry=retry)
 
 
 @pytest.fixture
@@ -120,9 +145,9 @@ def test_many_loops_claiming_at_once_take_each_delivery_once(db: Database) -> No
 
     def loop() -> None:
         start.wait()
-        while claimed := store.claim_due(limit=3, hold_seconds=60):
+        while found := store.claim_due(limit=3, hold_seconds=60, endpoint_concurrency=ANY):
             with lock:
-                taken.extend((d.event_id, d.endpoint_id) for d in claimed)
+                taken.extend((d.event_id, d.endpoint_id) for d in found)
 
     threads = [threading.Thread(target=loop) for _ in range(4)]
     for thread in threads:
@@ -130,34 +155,29 @@ def test_many_loops_claiming_at_once_take_each_delivery_once(db: Database) -> No
     for thread in threads:
         thread.join(60)
     assert sorted(taken) == sorted(expected)  # every one, none twice
-    assert store.claim_due(limit=100, hold_seconds=60) == []  # held: no loop takes them again meanwhile
+    assert claimed(store) == []  # held: no loop takes them again meanwhile
 
 
 def test_an_attempt_whose_claim_lapsed_changes_nothing_but_the_log(db: Database) -> None:
     store, _expected = _due_deliveries(db, 4)
-    first = store.claim_due(limit=1, hold_seconds=0.0)[0]  # held for no time: due again at once
-    again = [d for d in store.claim_due(limit=10, hold_seconds=60) if d.event_id == first.event_id
+    first = store.claim_due(limit=1, hold_seconds=0.0, endpoint_concurrency=ANY)[0]  # held for no time: due again
+    again = [d for d in claimed(store) if d.event_id == first.event_id
              and d.endpoint_id == first.endpoint_id][0]
     assert again.claim_token != first.claim_token and again.attempt == first.attempt == 1
     # The late loop's success is logged, but the delivery stays the new claim's.
-    state = store.record_attempt(first, outcome="delivered", status_code=200, error=None, duration_ms=5,
-                                 retry_in=1.0, give_up_after=86_400)
-    assert state == "pending"
-    assert store.record_attempt(again, outcome="failed", status_code=500, error="the endpoint answered 500",
-                                duration_ms=5, retry_in=3600.0, give_up_after=86_400) == "pending"
+    assert record(store, first, "delivered") == "pending"
+    assert record(store, again, "failed") == "pending"
     log = store.attempts(event_id=first.event_id, endpoint_id=first.endpoint_id)
-    assert sorted((a.outcome, a.status_code) for a in log) == [("delivered", 200), ("failed", 500)]
-    assert store.claim_due(limit=100, hold_seconds=60) == []  # retried in an hour, not before
+    assert sorted((a.outcome, a.status_code) for a in log) == [("delivered", 200), ("failed", 503)]
+    assert claimed(store) == []  # retried in an hour, not before
 
 
 def test_a_retry_past_the_give_up_window_ends_the_delivery(db: Database) -> None:
     store, _expected = _due_deliveries(db, 4)
-    due = store.claim_due(limit=1, hold_seconds=60)[0]
-    assert store.record_attempt(due, outcome="failed", status_code=None, error="ConnectError", duration_ms=1,
-                                retry_in=10.0, give_up_after=5.0) == "failed"
+    due = claimed(store)[0]
+    assert record(store, due, "failed", backoff=Backoff(base=10.0, cap=10.0), give_up_after=5.0) == "failed"
     assert store.delivery_states(due.event_id)[due.endpoint_id] == "failed"
-    assert all(d.endpoint_id != due.endpoint_id or d.event_id != due.event_id
-               for d in store.claim_due(limit=100, hold_seconds=60))
+    assert all(d.endpoint_id != due.endpoint_id or d.event_id != due.event_id for d in claimed(store))
 
 
 def test_an_organization_cannot_pass_the_endpoint_limit(db: Database) -> None:
@@ -197,18 +217,18 @@ def test_a_rotated_endpoint_is_signed_by_both_secrets_for_the_overlap_only(db: D
     endpoint = store.add_endpoint(org_id, "https://h.example.com/r", "whsec_OLD", limit=16)
     assert endpoint is not None
     _finalize(db, _running_batch(db, org_id, key_id), org_id)
-    [before] = store.claim_due(limit=10, hold_seconds=0.0, rotation_overlap=3600)
+    [before] = claimed(store, hold_seconds=0.0, rotation_overlap=3600)
     assert before.signing_secrets == ["whsec_OLD"]  # never rotated: one secret
 
     rotated = store.rotate_secret(endpoint.id, "whsec_NEW")
     assert rotated.rotated_at is not None
-    [during] = store.claim_due(limit=10, hold_seconds=0.0, rotation_overlap=3600)
+    [during] = claimed(store, hold_seconds=0.0, rotation_overlap=3600)
     assert during.signing_secrets == ["whsec_NEW", "whsec_OLD"]
-    [after] = store.claim_due(limit=10, hold_seconds=0.0, rotation_overlap=0)  # the overlap is over
+    [after] = claimed(store, hold_seconds=0.0, rotation_overlap=0)  # the overlap is over
     assert after.signing_secrets == ["whsec_NEW"]
 
     store.rotate_secret(endpoint.id, "whsec_NEWER")  # a rotation during the overlap ends the oldest secret's
-    [again] = store.claim_due(limit=10, hold_seconds=60, rotation_overlap=3600)
+    [again] = claimed(store, rotation_overlap=3600)
     assert again.signing_secrets == ["whsec_NEWER", "whsec_NEW"]
     other_org, _ = _org_and_key(db)
     with pytest.raises(NotFound):
@@ -217,18 +237,16 @@ def test_a_rotated_endpoint_is_signed_by_both_secrets_for_the_overlap_only(db: D
 
 def test_a_replay_makes_any_delivery_due_again_as_a_new_attempt(db: Database) -> None:
     store, _expected = _due_deliveries(db, 4)
-    delivered, given_up, *_ = store.claim_due(limit=10, hold_seconds=60)
-    store.record_attempt(delivered, outcome="delivered", status_code=200, error=None, duration_ms=1, retry_in=1.0,
-                         give_up_after=86_400)
-    store.record_attempt(given_up, outcome="failed", status_code=500, error="x", duration_ms=1, retry_in=None,
-                         give_up_after=86_400)
-    assert store.claim_due(limit=10, hold_seconds=60) == []  # the other two are still held
+    delivered, given_up, *_ = claimed(store)
+    record(store, delivered, "delivered")
+    record(store, given_up, "failed", retry=False)
+    assert claimed(store) == []  # the other two are still held
     for done, was in ((delivered, "delivered"), (given_up, "failed")):
         replayed = store.replay_delivery(done.delivery_id)
         assert (replayed.event_id, replayed.endpoint_id, replayed.previous_state) == (done.event_id,
                                                                                       done.endpoint_id, was)
         assert replayed.as_api()["state"] == "pending" and replayed.attempts == 1
-    again = {(d.event_id, d.endpoint_id): d for d in store.claim_due(limit=10, hold_seconds=60)}
+    again = {(d.event_id, d.endpoint_id): d for d in claimed(store)}
     assert set(again) == {(delivered.event_id, delivered.endpoint_id), (given_up.event_id, given_up.endpoint_id)}
     assert all(d.attempt == 2 for d in again.values())  # a new attempt of the same event
     with pytest.raises(NotFound):
@@ -251,13 +269,9 @@ def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -
     _finalize(db, finished, org_id)
     _finalize(db, retrying, org_id, status=BatchStatus.CANCELLED)
     [(finished_event, _)], [(retrying_event, _)] = _events(db, finished), _events(db, retrying)
-    for due in store.claim_due(limit=10, hold_seconds=60):
-        if due.event_id == retrying_event and due.endpoint_id == endpoint.id:  # still being retried
-            store.record_attempt(due, outcome="failed", status_code=503, error="x", duration_ms=1, retry_in=3600.0,
-                                 give_up_after=86_400)
-        else:
-            store.record_attempt(due, outcome="delivered", status_code=200, error=None, duration_ms=1,
-                                 retry_in=1.0, give_up_after=86_400)
+    for due in claimed(store):
+        retrying_one = due.event_id == retrying_event and due.endpoint_id == endpoint.id  # still being retried
+        record(store, due, "failed" if retrying_one else "delivered")
     [finished_delivery] = [a.delivery_id for a in store.attempts(event_id=finished_event, endpoint_id=endpoint.id)]
     assert store.prune_delivery_log(older_than=3600) == PrunedLog(attempts=0, deliveries=0, events=0)  # too young
     assert len(store.attempts(org_id=org_id)) == 4
@@ -270,3 +284,88 @@ def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -
     with pytest.raises(NotFound):
         store.replay_delivery(finished_delivery)
     assert store.prune_delivery_log(older_than=0) == PrunedLog(attempts=0, deliveries=0, events=0)
+
+
+# -- issue 34: each endpoint's concurrency and circuit; retention keeps what a delivery still owes -----------------
+
+
+def _endpoint_with_deliveries(db: Database, name: str, count: int, org: tuple[str, str] | None = None,
+                              ) -> tuple[WebhookStore, str]:
+    """An endpoint (of a new organization, unless ``org``) and ``count`` ended batches of its organization."""
+    org_id, key_id = org or _org_and_key(db)
+    store = WebhookStore(db)
+    endpoint = store.add_endpoint(org_id, f"https://h.example.com/{name}", "whsec_AAAA", limit=16)
+    assert endpoint is not None
+    for _ in range(count):
+        _finalize(db, _running_batch(db, org_id, key_id), org_id)
+    return store, endpoint.id
+
+
+def test_an_endpoint_has_at_most_its_concurrency_and_the_least_busy_goes_first(db: Database) -> None:
+    org = _org_and_key(db)
+    store, busy = _endpoint_with_deliveries(db, "busy", 6, org)
+    first = store.claim_due(limit=10, hold_seconds=60, endpoint_concurrency=4)
+    assert [d.endpoint_id for d in first] == [busy] * 4 and claimed(store, endpoint_concurrency=4) == []
+    _store, quiet = _endpoint_with_deliveries(db, "quiet", 2, org)  # two more events: to busy too, and to quiet
+    # Quiet's deliveries are the newest due, but nothing of quiet is in flight: they go in turns with busy's
+    # backlog, quiet first.
+    taken = store.claim_due(limit=3, hold_seconds=60, endpoint_concurrency=8)
+    assert [d.endpoint_id for d in taken] == [quiet, quiet, busy]
+    assert claimed(store, endpoint_concurrency=5) == []  # busy has five in flight, and three more due
+    record(store, first[0], "delivered")
+    assert [d.endpoint_id for d in claimed(store, endpoint_concurrency=5)] == [busy]
+
+
+def test_a_failing_endpoint_is_paused_then_probed_one_attempt_at_a_time(db: Database) -> None:
+    org = _org_and_key(db)
+    store, bad = _endpoint_with_deliveries(db, "bad", 0, org)
+    _store, good = _endpoint_with_deliveries(db, "good", 3, org)
+    first = {d.endpoint_id: d for d in store.claim_due(limit=10, hold_seconds=60, endpoint_concurrency=1)}
+    assert set(first) == {bad, good}
+    assert record(store, first[bad], "failed") == "pending"  # retried in an hour; its endpoint paused as long
+    # Bad's other deliveries are due, but wait for its pause; good's go on.
+    assert [d.endpoint_id for d in claimed(store, endpoint_concurrency=4)] == [good, good]
+    waiting = [v for v in store.list_deliveries(bad, limit=10)[0] if v.state == "pending"]
+    assert len(waiting) == 3 and all(v.next_attempt_at and v.next_attempt_at > now() + 3000 for v in waiting)
+
+    # A pause that ends at once: the endpoint is still failing, so one attempt at a time until one is delivered.
+    store, flaky = _endpoint_with_deliveries(db, "flaky", 3)
+    [one] = store.claim_due(limit=10, hold_seconds=60, endpoint_concurrency=1)
+    record(store, one, "failed", backoff=Backoff(base=0.0, cap=3600.0))
+    [probe] = store.claim_due(limit=10, hold_seconds=60, endpoint_concurrency=4)
+    assert probe.endpoint_id == flaky and claimed(store, endpoint_concurrency=4) == []
+    assert record(store, probe, "delivered") == "delivered"
+    assert [d.endpoint_id for d in claimed(store, endpoint_concurrency=4)] == [flaky, flaky]  # closed: four again
+
+    # A pause past the end of the deliveries' window gives up those waiting, as their own failure would.
+    store, dead = _endpoint_with_deliveries(db, "dead", 3)
+    [one] = claimed(store, endpoint_concurrency=1)
+    assert record(store, one, "failed", give_up_after=60.0) == "failed"
+    assert {v.state for v in store.list_deliveries(dead, limit=10)[0]} == {"failed"}
+
+
+def test_retention_keeps_a_batch_whose_webhook_is_still_owed(db: Database) -> None:
+    org_id, key_id = _org_and_key(db)
+    plain = _running_batch(db, org_id, key_id)
+    _finalize(db, plain, org_id)  # no endpoint yet: nothing owed
+    store, endpoint = _endpoint_with_deliveries(db, "owed", 0, (org_id, key_id))
+    owed = _running_batch(db, org_id, key_id)
+    _finalize(db, owed, org_id)
+    retention = Retention(db)
+    assert retention.ended_batches(older_than_days=0, limit=100, dry_run=True).rows == 1
+    assert retention.ended_batches(older_than_days=0, limit=100).rows == 1
+    with pytest.raises(NotFound):
+        BatchLeases(db).by_id(plain)
+    [(event_id, _)] = _events(db, owed)
+    assert BatchLeases(db).by_id(owed).status is BatchStatus.COMPLETED
+
+    [due] = claimed(store)
+    assert record(store, due, "failed") == "pending"  # being retried: still owed, still kept
+    assert retention.ended_batches(older_than_days=0, limit=100).rows == 0
+    assert store.delivery_states(event_id) == {endpoint: "pending"}
+
+    store.replay_delivery(due.delivery_id)  # sent again now, and delivered: nothing is owed any more
+    [again] = claimed(store)
+    assert record(store, again, "delivered") == "delivered"
+    assert retention.ended_batches(older_than_days=0, limit=100).rows == 1
+    assert _events(db, owed) == []

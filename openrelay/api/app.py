@@ -16,6 +16,7 @@ from .errors import add_error_handlers
 from .files import UPLOAD_PATH, add_file_routes
 from .guard import RenderUnexpectedErrors
 from .limits import BodyLimits
+from .messages import MESSAGE_BATCHES_PATH, add_message_batch_routes
 from .models import add_model_routes
 from .operator import add_operator_routes
 from .webhooks import add_webhook_routes
@@ -29,7 +30,9 @@ def create_app(rt: Runtime, *, writes: OrgWrites | None = None, upload_paths: It
     app = FastAPI(title="OpenRelay Batches", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(RenderUnexpectedErrors)  # added first: the innermost, right around the routes (guard.py)
     app.add_middleware(BodyLimits, create_bytes=rt.settings.http.max_create_body_bytes,  # outside it (limits.py)
-                       json_bytes=rt.settings.http.max_json_body_bytes, create_path=CREATE_PATH,
+                       json_bytes=rt.settings.http.max_json_body_bytes,
+                       create_paths={CREATE_PATH: " Send big inputs as an uploaded file (input_file_id).",
+                                     MESSAGE_BATCHES_PATH: ""},
                        upload_paths=(UPLOAD_PATH, *upload_paths))
     app.add_middleware(RequestIds, access_log=rt.settings.http.access_log)  # outermost: it sees every answer
     add_error_handlers(app)
@@ -37,6 +40,7 @@ def create_app(rt: Runtime, *, writes: OrgWrites | None = None, upload_paths: It
     # Each resource's module adds its routes to the app's own router rather than to an APIRouter of its own that
     # is then included: FastAPI (0.165) keeps an included router as a nested branch, walked again on every request,
     # and ``app.routes`` would no longer list the routes (tests/test_openapi.py reads them).
-    for add_routes in (add_operator_routes, add_model_routes, add_file_routes, add_batch_routes, add_webhook_routes):
+    for add_routes in (add_operator_routes, add_model_routes, add_file_routes, add_batch_routes, add_webhook_routes,
+                       add_message_batch_routes):
         add_routes(app.router, ctx)
     return app

@@ -1,4 +1,4 @@
-"""``/v1/files``: upload (http/uploads.py), list, read, download (whole or from an offset, api/ranges.py), delete."""
+"""``/v1/files``: upload (http/uploads.py), list, read, download (whole or one byte range, api/ranges.py), delete."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..errors import RangeNotSatisfiable
 from ..http.uploads import receive_upload
 from ..service import files as file_service
 from .context import ApiContext, json_response
-from .errors import error_response
-from .ranges import content_range, range_start
+from .ranges import content_range, requested_range
 
 __all__ = ["UPLOAD_PATH", "add_file_routes"]
 
@@ -40,20 +38,15 @@ def add_file_routes(router: APIRouter, ctx: ApiContext) -> None:
 
     @router.get("/v1/files/{file_id}/content")
     async def file_content(request: Request, file_id: str) -> Response:
-        start = range_start(request.headers.get("range"))  # bytes=N-: what a follower has not read yet
-        record, chunks = await ctx.as_reader(
-            request, lambda key: file_service.file_content(rt, key, file_id, start or 0))
-        if start is None:
-            return StreamingResponse(chunks, media_type="application/octet-stream",
-                                     headers={"content-length": str(record.bytes)})
-        if start >= record.bytes:
-            response = error_response(RangeNotSatisfiable(
-                f"the file has {record.bytes} bytes; nothing starts at {start}"))
-            response.headers["content-range"] = content_range(start, record.bytes)
-            return response
-        return StreamingResponse(chunks, status_code=206, media_type="application/octet-stream",
-                                 headers={"content-length": str(record.bytes - start),
-                                          "content-range": content_range(start, record.bytes)})
+        wanted = requested_range(request.headers.get("range"))
+        record, span, chunks = await ctx.as_reader(request, lambda key: file_service.file_content(
+            rt, key, file_id, wanted))
+        if span is None:
+            return StreamingResponse(chunks, media_type="application/octet-stream", headers={
+                "content-length": str(record.bytes), "accept-ranges": "bytes"})
+        return StreamingResponse(chunks, status_code=206, media_type="application/octet-stream", headers={
+            "content-length": str(span[1] - span[0]), "content-range": content_range(span, record.bytes),
+            "accept-ranges": "bytes"})
 
     @router.delete("/v1/files/{file_id}")
     async def delete_file(request: Request, file_id: str) -> Response:

@@ -48,4 +48,5 @@ class RenderUnexpectedErrors:
             request_id = request_id_of(scope)
             _log.exception("unexpected error answering %s %s (request_id=%s)", scope.get("method"), scope.get("path"),
                            request_id)
-            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE), request_id=request_id)
+            await send_error(send, OpenRelayError(UNEXPECTED_MESSAGE), request_id=request_id,
+                             path=scope.get("path", ""))

@@ -1,15 +1,16 @@
-"""Body limits of the JSON routes, a pure ASGI middleware in front of the app: a create (``create_path``) may carry
+"""Body limits of the JSON routes, a pure ASGI middleware in front of the app: a create (``create_paths``) may carry
 ``create_bytes``, every other route ``json_bytes``; uploads (``upload_paths``) pass untouched, their route counts
 them. A declared length over the limit is answered 413 before the app runs, a chunked body refused as soon as it
 passes it. How, and what it costs a request: docs/design.md, "Body limits"."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import PayloadTooLarge
+from ..http.request_ids import request_id_of
 from .errors import send_error
 
 __all__ = ["BodyLimits"]
@@ -18,18 +19,18 @@ _CLOSE = (b"connection", b"close")
 
 
 class BodyLimits:
-    def __init__(self, app: ASGIApp, *, create_bytes: int, json_bytes: int, create_path: str,
+    def __init__(self, app: ASGIApp, *, create_bytes: int, json_bytes: int, create_paths: Mapping[str, str],
                  upload_paths: Collection[str]) -> None:
         self.app = app
         self.create_bytes = create_bytes
         self.json_bytes = json_bytes
-        self.create_path = create_path
+        self.create_paths = dict(create_paths)  # each with the hint its refusal ends with
         self.upload_paths = frozenset(upload_paths)
 
     def limit_for(self, method: str, path: str) -> tuple[int, str] | None:
         """The limit of a route's body and a hint for the refusal; None: the route counts its own."""
-        if method == "POST" and path == self.create_path:
-            return self.create_bytes, " Send big inputs as an uploaded file (input_file_id)."
+        if method == "POST" and path in self.create_paths:
+            return self.create_bytes, self.create_paths[path]
         if method == "POST" and path in self.upload_paths:
             return None  # http/uploads.py streams the file and holds it to the upload limit
         return self.json_bytes, ""
@@ -55,7 +56,8 @@ class BodyLimits:
         limit, hint = limited
         if declared is not None:
             if int(declared) > limit:  # httptools has checked it is a number
-                await send_error(send, _too_large(limit, hint), close=True)
+                await send_error(send, _too_large(limit, hint), close=True, request_id=request_id_of(scope),
+                                 path=scope["path"])
             else:
                 await self.app(scope, receive, send)
             return

@@ -1,28 +1,41 @@
-"""The one form of HTTP ``Range`` a download honors: ``bytes=N-``, the bytes from offset N to the end.
+"""HTTP ``Range`` on a download: one byte range of any form RFC 9110 gives, answered 206 with those bytes.
 
-That is what a reader following a result file while its batch runs needs (``orl batches results --follow``):
-each read asks for what came after the last one. Every other form (suffixes, several ranges, other units) is
-ignored and the whole file is sent, as RFC 9110 allows.
+``bytes=A-B`` (B past the end reads to the end), ``bytes=A-`` (what a follower of a running batch's result file
+asks: what came after its last read) and ``bytes=-N`` (the last N bytes; all of a shorter file). A range the file
+has no byte of is 416. Several ranges, another unit, B before A or any other form is ignored: the whole file, 200.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
-__all__ = ["range_start", "content_range"]
+__all__ = ["requested_range", "content_range"]
 
-_OPEN_RANGE = re.compile(r"bytes=(\d{1,18})-")
+_ONE_RANGE = re.compile(r"bytes=(\d{1,18})?-(\d{1,18})?")
+
+Span = tuple[int, int]  # (start, stop) of the bytes asked for
 
 
-def range_start(header: str | None) -> int | None:
-    """The offset of ``Range: bytes=N-``; None for no header or any other form."""
-    if header is None:
+def requested_range(header: str | None) -> Callable[[int], Span | None] | None:
+    """What ``header`` asks of a file of a given size: its span, or None when the file has no byte of it (416).
+    None for no header, or a form that is ignored."""
+    found = _ONE_RANGE.fullmatch(header.strip()) if header is not None else None
+    if found is None or (found[1] is None and found[2] is None):
         return None
-    found = _OPEN_RANGE.fullmatch(header.strip())
-    return int(found[1]) if found else None
+    first, last = (None if value is None else int(value) for value in found.groups())
+    if first is not None and last is not None and last < first:
+        return None
+    return functools.partial(_span, first, last)
 
 
-def content_range(start: int, size: int) -> str:
-    """``Content-Range`` of a 206 from ``start`` to the end of ``size`` bytes, or of a 416 when ``start`` is past
-    the end."""
-    return f"bytes {start}-{size - 1}/{size}" if start < size else f"bytes */{size}"
+def _span(first: int | None, last: int | None, size: int) -> Span | None:
+    if first is None:  # the last ``last`` bytes
+        return (max(0, size - last), size) if last and size else None
+    return None if first >= size else (first, size if last is None else min(last + 1, size))
+
+
+def content_range(span: Span, size: int) -> str:
+    """``Content-Range`` of a 206 of bytes ``span`` of ``size``."""
+    return f"bytes {span[0]}-{span[1] - 1}/{size}"

@@ -50,8 +50,9 @@ def _limit(text: str, name: str) -> str:
 # Request limits: unset, each comes from its environment variable, else its default (config.HttpLimits).
 MaxHeaderBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Request line and headers together, in "
                                                                        "bytes; over it: 431", "max_header_bytes"))]
-MaxCreateBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Body of POST /v1/batches (inline records), "
-                                                                       "in bytes; over it: 413",
+MaxCreateBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Body of POST /v1/batches (inline records) "
+                                                                       "and POST /v1/messages/batches, in bytes; "
+                                                                       "over it: 413",
                                                                        "max_create_body_bytes"))]
 MaxJsonBytes = Annotated[int | None, typer.Option(min=1, help=_limit("Body of every other JSON route, in bytes; "
                                                                      "over it: 413", "max_json_body_bytes"))]

@@ -45,7 +45,7 @@ def _content_tokens(content: Any) -> int:
             continue
         if isinstance(part.get("text"), str):
             tokens += _text_bytes_tokens(part["text"])
-        elif part.get("type") in ("image_url", "input_image"):
+        elif part.get("type") in ("image_url", "input_image", "image"):
             tokens += IMAGE_TOKENS
     return tokens
 
@@ -72,6 +72,8 @@ def approximate_tokens(endpoint: str, body: dict[str, Any]) -> int:
     if endpoint == "/v1/embeddings":
         raw = body.get("input")
         return sum(map(_content_tokens, raw)) if isinstance(raw, list) else _content_tokens(raw)
+    if endpoint == "/v1/messages":
+        return _content_tokens(body.get("system")) + _messages_tokens(body.get("messages"))
     # /v1/responses: instructions plus input, a string or a list of messages
     return _content_tokens(body.get("instructions")) + _messages_tokens(body.get("input"))
 
@@ -87,6 +89,8 @@ class _OcrRule:
     def count(self, endpoint: str, body: dict[str, Any]) -> Count:
         from .rapid_ocr import _BadRequest, _request
 
+        if endpoint != "/v1/chat/completions":  # a message request, translated at run time
+            return Count(approximate_tokens(endpoint, body), exact=False)
         try:
             images, prompt_text = _request(body)
         except _BadRequest:

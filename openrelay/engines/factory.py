@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..catalog import Catalog, ModelSpec
+from ..catalog import MESSAGES, Catalog, ModelSpec
 from ..errors import CatalogError
 from .base import Engine
+from .messages_chat import MessagesOverChat
 from .packaged import packaged_file
 
 __all__ = ["build_engine", "build_replicas", "base_urls", "check_engines", "ENGINE_KINDS"]
@@ -89,6 +90,9 @@ ENGINE_KINDS: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+_SPEAK_MESSAGES = ("openai",)  # kinds that may list /v1/messages: the engine behind them may speak it
+
+
 def check_engines(catalog: Catalog) -> None:
     """Raise ``CatalogError`` naming the first model whose engine settings are unusable."""
     for spec in catalog.models.values():
@@ -99,22 +103,29 @@ def check_engines(catalog: Catalog) -> None:
                                f"(known: {', '.join(ENGINE_KINDS)})")
         try:
             check(spec.engine)
+            if spec.speaks_messages and kind not in _SPEAK_MESSAGES:
+                raise ValueError(f"cannot list {MESSAGES}: only engines over HTTP ({', '.join(_SPEAK_MESSAGES)}) "
+                                 "speak it; leave it out and message batches are run as chat completions")
         except ValueError as exc:
             raise CatalogError(f"catalog: model {spec.name!r} (engine {kind}) {exc}") from None
 
 
 def build_replicas(spec: ModelSpec) -> list[tuple[str, Engine]]:
     """(name, engine) of each replica of the model's engine: one per ``base_urls`` entry, named by its URL, or
-    the one in-process engine, named ``local``."""
+    the one in-process engine, named ``local``. A model offered on ``/v1/messages`` whose engine does not speak it
+    has it translated to chat completions (``messages_chat``)."""
     if spec.engine.get("kind") != "openai":
-        return [("local", build_engine(spec))]
-    from .openai_http import OpenAIEngine
+        replicas: list[tuple[str, Engine]] = [("local", build_engine(spec))]
+    else:
+        from .openai_http import OpenAIEngine
 
-    connections = spec.max_concurrency if spec.adaptive else spec.concurrency * spec.slots
-    replicas: list[tuple[str, Engine]] = []
-    for url in base_urls(spec.engine):
-        config = {k: v for k, v in spec.engine.items() if k != "base_urls"} | {"base_url": url}
-        replicas.append((str(url).rstrip("/"), OpenAIEngine(config, max_connections=connections)))
+        connections = spec.max_concurrency if spec.adaptive else spec.concurrency * spec.slots
+        replicas = []
+        for url in base_urls(spec.engine):
+            config = {k: v for k, v in spec.engine.items() if k != "base_urls"} | {"base_url": url}
+            replicas.append((str(url).rstrip("/"), OpenAIEngine(config, max_connections=connections)))
+    if MESSAGES in spec.endpoints and not spec.speaks_messages:
+        replicas = [(name, MessagesOverChat(engine)) for name, engine in replicas]
     return replicas
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
@@ -36,10 +37,13 @@ __all__ = ["create_batch", "MAX_IDEMPOTENCY_KEY_BYTES"]
 MAX_IDEMPOTENCY_KEY_BYTES = 512
 
 
-def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | None = None) -> bytes:
+def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | None = None, *,
+                 keep_all_rejected: bool = False) -> bytes:
     """The create's 200 body, as bytes: under an Idempotency-Key they are stored and replayed exactly.
 
     ``idempotency_key`` is the header as HTTP delivers it, decoded as latin-1 (one character per byte).
+    ``keep_all_rejected``: a create whose every record is rejected still makes its batch, which ends with them as
+    its error lines, instead of answering ``no_valid_records`` (Anthropic's route, service/message_batches.py).
     Steps 1 to 3 of docs/api-contract.md §3 are here, the rest in ``_create``.
     """
     try:
@@ -61,7 +65,7 @@ def create_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: str | No
         if bad_body is not None:
             raise bad_body
         with tracing.span("batch create", {"openrelay.org_id": key.org_id}):
-            return _create(rt, key, body, claim)
+            return _create(rt, key, body, claim, keep_all_rejected)
     except BaseException:
         if claim is not None:
             # Only a 200 is kept. A claim we cannot delete now goes stale and is taken over by a later retry.
@@ -77,7 +81,7 @@ def _check_idempotency_key(value: str) -> str:
     return value
 
 
-def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None) -> bytes:
+def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None, keep_all_rejected: bool) -> bytes:
     """Steps 4 to 8 of docs/api-contract.md §3; a key with a hard budget (``store/budgets.py``) also has the
     batch's maximum cost reserved after step 7, or 402."""
     priority = body.get("priority", Priority.STANDARD.value)
@@ -108,7 +112,7 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     dry_run = body.get("dry_run") is True
     result = scan_records(source, endpoint=endpoint, catalog=rt.catalog, max_records=rt.settings.batches.max_records,
                           collect_prefixes=dry_run or _may_group(rt.catalog, endpoint))
-    if result.accepted == 0:
+    if result.accepted == 0 and not keep_all_rejected:
         _refuse_no_valid_records(rt.files, rt.blobs, key, result, store=not dry_run,
                                  hint=_not_jsonl_hint(source) if blob_key else "")
     found, max_cost = None, 0
@@ -136,6 +140,8 @@ def _create(rt: Runtime, key: ApiKey, body: dict[str, Any], claim: Claim | None)
     batch = _new_batch(key, result, window_seconds=rt.settings.batches.window_seconds, batch_id=batch_id,
                        endpoint=endpoint, priority=priority, metadata=metadata, input_file_id=input_file_id,
                        blob_key=blob_key, rejections_file_id=rejections_file_id, threshold=threshold)
+    if result.accepted == 0:  # nothing to run: a worker ends it at once, its rejections its error lines
+        batch = dataclasses.replace(batch, status=BatchStatus.FINALIZING)
     tracing.note("openrelay.batch_id", batch_id)
     raw_answer = orjson.dumps(_answer(batch, result, unknown_progress()))
     try:

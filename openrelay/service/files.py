@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..blobs.base import BlobStore
 from ..blobs.keys import file_key
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import InvalidRequest, PayloadTooLarge, RangeNotSatisfiable
 from ..ids import new_file_id
 from ..runtime import Runtime
 from ..store.files import Files
@@ -95,15 +95,22 @@ def get_file(rt: Runtime, key: ApiKey, file_id: str) -> FileRecord:
     return rt.files.get(key.org_id, file_id)
 
 
-def file_content(rt: Runtime, key: ApiKey, file_id: str, start: int = 0) -> tuple[FileRecord, Iterator[bytes]]:
-    """The file and its bytes from offset ``start`` (``0 <= start < bytes``, or 0)."""
+def file_content(rt: Runtime, key: ApiKey, file_id: str, span: Callable[[int], tuple[int, int] | None] | None = None,
+                 ) -> tuple[FileRecord, tuple[int, int] | None, Iterator[bytes]]:
+    """The file, the bytes (start, stop) of it that ``span`` picks for its size (None: all of them), and those
+    bytes. ``span`` answering None is ``RangeNotSatisfiable``."""
     record = get_file(rt, key, file_id)
+    part = None if span is None else span(record.bytes)
+    if span is not None and part is None:
+        raise RangeNotSatisfiable(f"the file has {record.bytes} bytes; none of them is in the range asked for",
+                                  headers=(("content-range", f"bytes */{record.bytes}"),))
+    start, stop = part or (0, record.bytes)
     if isinstance(record, PartialFile):
-        return record, read_partial(rt.blobs, record, start)
+        return record, part, _cut(read_partial(rt.blobs, record, start), stop - start)
     rt.blobs.size(record.blob_key)  # a missing blob fails here, before a response has started
-    if start:
-        return record, _bytes_from(rt.blobs, record.blob_key, start)
-    return record, rt.blobs.iter_bytes(record.blob_key)
+    if part is None:
+        return record, part, rt.blobs.iter_bytes(record.blob_key)
+    return record, part, _cut(_bytes_from(rt.blobs, record.blob_key, start), stop - start)
 
 
 def _bytes_from(blobs: BlobStore, blob_key: str, start: int) -> Iterator[bytes]:
@@ -111,6 +118,16 @@ def _bytes_from(blobs: BlobStore, blob_key: str, start: int) -> Iterator[bytes]:
         handle.seek(start)
         while piece := handle.read(1 << 16):
             yield piece
+
+
+def _cut(pieces: Iterator[bytes], length: int) -> Iterator[bytes]:
+    """The first ``length`` bytes of ``pieces`` (a generator left early is closed as it goes, its blob with it)."""
+    for piece in pieces:
+        if len(piece) >= length:
+            yield piece[:length]
+            return
+        length -= len(piece)
+        yield piece
 
 
 def delete_file(files: Files, blobs: BlobStore, key: ApiKey, file_id: str) -> dict:

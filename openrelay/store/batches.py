@@ -64,6 +64,28 @@ class Batches:
             raise no_such("Batch", batch_id, param="batch_id")
         return batch_from_row(row)
 
+    def list_of_endpoint(self, org_id: str, endpoint: str, *, limit: int, after: str | None = None,
+                         before: str | None = None) -> tuple[list[Batch], bool]:
+        """A page of the organization's batches on ``endpoint``, newest first: after the batch ``after``, or the
+        page just before ``before`` (404 for an anchor it has none such of); and whether more lie that way. Index
+        ``ix_batches_org_endpoint_order``."""
+        anchor_id = after or before
+        order = sa.tuple_(batches.c.created_ns, batches.c.id)
+        query = sa.select(batches).where(batches.c.org_id == org_id, batches.c.endpoint == endpoint)
+        with self.db.read() as conn:
+            if anchor_id is not None:
+                anchor = None if holds_nul(anchor_id) else conn.execute(
+                    sa.select(batches.c.created_ns, batches.c.id).where(batches.c.id == anchor_id,
+                                                                        batches.c.org_id == org_id)).first()
+                if anchor is None:
+                    raise no_such("Batch", anchor_id, param="after_id" if after else "before_id")
+                query = query.where(order > sa.tuple_(*anchor) if before else order < sa.tuple_(*anchor))
+            columns = (batches.c.created_ns, batches.c.id)
+            rows = conn.execute(query.order_by(*(c.asc() if before else c.desc() for c in columns))
+                                .limit(limit + 1)).all()
+        found = [batch_from_row(row) for row in rows[:limit]]
+        return (found[::-1] if before else found), len(rows) > limit
+
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
         if holds_nul(batch_id):
             return self.get(org_id, batch_id)  # the 404 of an unknown id

@@ -185,7 +185,8 @@ def _end_statement(status: BatchStatus, *, every_unlined: bool, errors: bool, ou
     stamp = sa.bindparam("stamp")
     values: dict[str, Any] = {
         "status": status.value, "lease_owner": None, "lease_expires_at": None, f"{status.value}_at": stamp,
-        "failed": _c.total - _c.completed if every_unlined else _c.failed + sa.bindparam("unrun"), "retry_at": None}
+        "failed": _c.total - _c.completed if every_unlined else _c.failed + sa.bindparam("unrun"), "retry_at": None,
+        "unrun": _c.total - _c.completed - _c.failed if every_unlined else sa.bindparam("unrun")}
     if status is not BatchStatus.FAILED:
         values["finalizing_at"] = sa.func.coalesce(_c.finalizing_at, stamp)
     if errors:

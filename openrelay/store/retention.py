@@ -31,10 +31,13 @@ from .schema import (
     webhook_endpoints,
     webhook_events,
 )
+from .webhook_outbox import PENDING
 
 __all__ = ["Retention", "QueuedBlob", "Pruned", "DAY_SECONDS"]
 
 _SWEEP = "sweeper"  # the one row of ``sweeps``
+_DELETED = (batches.c.id, batches.c.org_id, batches.c.output_file_id, batches.c.error_file_id,
+            batches.c.rejections_file_id, batches.c.input_file_id)  # what deleting a batch reads of its row
 _ENDED = sa.func.coalesce(batches.c.completed_at, batches.c.failed_at, batches.c.expired_at, batches.c.cancelled_at)
 
 
@@ -143,32 +146,50 @@ class Retention:
     # -- batches past the operator's retention ------------------------------------------------------------------
 
     def ended_batches(self, *, older_than_days: float, limit: int, dry_run: bool = False) -> Pruned:
-        """Batches that ended more than ``older_than_days`` ago: their rows (tags, chunks, webhook events and
-        their deliveries), their result and rejections files, and every blob under their folder. Their input
-        files go with ``unused_files`` (which, in a dry run, counts these batches' own files too)."""
+        """Batches that ended more than ``older_than_days`` ago, but those a webhook delivery still owes
+        (``_kept_batches``): their rows (tags, chunks, webhook events and their deliveries), their result and
+        rejections files, and every blob under their folder. Their input files go with ``unused_files`` (which, in
+        a dry run, counts these batches' own files too)."""
         with self.db.write() as conn:
             gone = sa.not_(_kept_batches(self.db.clock(conn) - older_than_days * DAY_SECONDS))
             if dry_run:
                 return Pruned(rows=conn.execute(sa.select(sa.func.count()).where(gone)).scalar_one())
-            rows = conn.execute(sa.select(batches.c.id, batches.c.org_id, batches.c.output_file_id,
-                                          batches.c.error_file_id, batches.c.rejections_file_id)
-                                .where(gone).limit(limit)
+            rows = conn.execute(sa.select(*_DELETED).where(gone).limit(limit)
                                 .with_for_update()).all()  # PostgreSQL: no metadata edit moves their tags now
             if not rows:
                 return Pruned()
-            ids = [r.id for r in rows]
-            file_ids = [f for r in rows for f in (r.output_file_id, r.error_file_id, r.rejections_file_id) if f]
-            found = conn.execute(sa.select(files.c.blob_key, files.c.bytes).where(files.c.id.in_(file_ids))).all()
-            conn.execute(files.delete().where(files.c.id.in_(file_ids)))
-            events = sa.select(webhook_events.c.id).where(webhook_events.c.batch_id.in_(ids))
-            _delete_events(conn, events)
-            count_ended(conn, ids, sign=-1)  # off the summary's counters, in the transaction that deletes them
-            conn.execute(batch_tags.delete().where(batch_tags.c.batch_id.in_(ids)))
-            conn.execute(batch_chunks.delete().where(batch_chunks.c.batch_id.in_(ids)))
-            conn.execute(batches.delete().where(batches.c.id.in_(ids)))
-            self._queue(conn, [r.blob_key for r in found])
-            self._queue(conn, [batch_folder(batch_id) for batch_id in ids], folder=True)
-            return Pruned(rows=len(ids), files=len(found), bytes=sum(r.bytes for r in found), more=len(ids) == limit)
+            return self._delete_batches(conn, rows, limit=limit)
+
+    def delete_ended_batch(self, org_id: str, batch_id: str) -> bool:
+        """One ended batch of the organization, as ``ended_batches`` deletes them (its input file too, when the
+        create stored it from inline requests); False when it has none such that ended."""
+        with self.db.write() as conn:
+            rows = conn.execute(sa.select(*_DELETED).where(
+                batches.c.id == batch_id, batches.c.org_id == org_id, batches.c.status.in_(TERMINAL_VALUES))
+                .with_for_update()).all()
+            if not rows:
+                return False
+            inline = sa.select(files.c.id).where(files.c.id == rows[0].input_file_id,
+                                                 files.c.filename == f"{batch_id}_requests.jsonl")
+            self._delete_batches(conn, rows, extra_files=list(conn.execute(inline).scalars()))
+            return True
+
+    def _delete_batches(self, conn: Connection, rows: Sequence[sa.Row], *, limit: int = 0,
+                        extra_files: Sequence[str] = ()) -> Pruned:
+        ids = [r.id for r in rows]
+        file_ids = [f for r in rows for f in (r.output_file_id, r.error_file_id, r.rejections_file_id) if f]
+        file_ids += extra_files
+        found = conn.execute(sa.select(files.c.blob_key, files.c.bytes).where(files.c.id.in_(file_ids))).all()
+        conn.execute(files.delete().where(files.c.id.in_(file_ids)))
+        events = sa.select(webhook_events.c.id).where(webhook_events.c.batch_id.in_(ids))
+        _delete_events(conn, events)
+        count_ended(conn, ids, sign=-1)  # off the summary's counters, in the transaction that deletes them
+        conn.execute(batch_tags.delete().where(batch_tags.c.batch_id.in_(ids)))
+        conn.execute(batch_chunks.delete().where(batch_chunks.c.batch_id.in_(ids)))
+        conn.execute(batches.delete().where(batches.c.id.in_(ids)))
+        self._queue(conn, [r.blob_key for r in found])
+        self._queue(conn, [batch_folder(batch_id) for batch_id in ids], folder=True)
+        return Pruned(rows=len(ids), files=len(found), bytes=sum(r.bytes for r in found), more=len(ids) == limit)
 
     # -- bookkeeping, whatever the retention ------------------------------------------------------------------
 
@@ -207,8 +228,12 @@ class Retention:
 
 
 def _kept_batches(cutoff: float) -> sa.ColumnElement[bool]:
-    """Batches the retention keeps: not ended, or ended at or after ``cutoff``."""
-    return sa.or_(batches.c.status.not_in(TERMINAL_VALUES), _ENDED.is_(None), _ENDED >= cutoff)
+    """Batches the retention keeps: not ended, ended at or after ``cutoff``, or whose event a webhook delivery
+    still owes (kept with its files until it is delivered or given up, so that the receiver finds the batch)."""
+    owed = sa.exists().where(webhook_events.c.batch_id == batches.c.id,
+                             webhook_deliveries.c.event_id == webhook_events.c.id,
+                             webhook_deliveries.c.state == PENDING)
+    return sa.or_(batches.c.status.not_in(TERMINAL_VALUES), _ENDED.is_(None), _ENDED >= cutoff, owed)
 
 
 def _delete_events(conn: Connection, events: sa.Select) -> int:

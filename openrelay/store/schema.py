@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
@@ -111,6 +112,7 @@ batches = Table(
     Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
     Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # of its key's hard budget (0016)
     Column("output_expires_seconds", Integer),  # output_expires_after.seconds: its result files' expiry (0014)
+    Column("unrun", Integer, nullable=False, default=0),  # records an ended batch never started (0023)
     Index("ix_batches_org_order", "org_id", "created_ns", "id"),
     Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
     # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
@@ -118,6 +120,8 @@ batches = Table(
     Index("ix_batches_org_model_order", "org_id", "model", "created_ns", "id"),
     # The batches made from a file (the dashboard's Files page and file picker; migration 0013).
     Index("ix_batches_org_input_file", "org_id", "input_file_id", "created_ns", "id"),
+    # Anthropic's list of message batches: this organization's of one endpoint, newest first (migration 0023).
+    Index("ix_batches_org_endpoint_order", "org_id", "endpoint", "created_ns", "id"),
 )
 
 # One row per tag of a batch (``types.tag_list`` of its ``tags`` metadata: split on commas, trimmed, each once),
@@ -241,6 +245,10 @@ webhook_endpoints = Table(
     Column("previous_secret", String(100)),
     Column("rotated_at", Float),
     Column("events", String(400)),
+    # Migration 0022, its circuit (store/webhook_outbox.py): attempts failed in a row since its last delivered one,
+    # and no attempt to it before ``paused_until`` (the database's clock).
+    Column("failures", Integer, nullable=False, default=0),
+    Column("paused_until", Float),
     Index("ix_webhook_endpoints_org", "org_id", "created_ns"),
 )
 
@@ -281,6 +289,8 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
     Index("ix_webhook_deliveries_id", "id", unique=True),
     Index("ix_webhook_deliveries_endpoint_time", "endpoint_id", "created_at"),
+    Index("ix_webhook_deliveries_endpoint_pending", "endpoint_id", "next_attempt_at",  # an endpoint's pause (0022)
+          sqlite_where=text("state = 'pending'"), postgresql_where=text("state = 'pending'")),
 )
 
 # The delivery log: every attempt, its answer or why there was none.

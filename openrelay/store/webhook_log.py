@@ -1,6 +1,6 @@
 """The webhook deliveries an organization or an operator looks at and acts on after the fact: an endpoint's
-deliveries, newest first; replaying one (sent again by the delivery loops, with its event's ``webhook-id``
-and body); and pruning the delivery log past its age.
+deliveries, newest first; the log of attempts; replaying one (sent again by the delivery loops, with its event's
+``webhook-id`` and body); and pruning the delivery log past its age.
 
 A replay puts the delivery back in the outbox (``store/webhook_outbox.py``), due now, in one transaction: it is
 durable before anything is sent, and the loops send it as they send every delivery. Every time is the database's
@@ -19,7 +19,7 @@ from .db import Database, holds_nul
 from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
 from .webhook_outbox import PENDING
 
-__all__ = ["WebhookLog", "DeliveryView", "ReplayedDelivery", "PrunedLog"]
+__all__ = ["WebhookLog", "DeliveryView", "ReplayedDelivery", "AttemptLog", "PrunedLog"]
 
 _PRUNE_ROWS = 1000  # deliveries (with their attempts) or events one pruning transaction deletes at most
 
@@ -63,6 +63,32 @@ class ReplayedDelivery:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AttemptLog:
+    event_id: str
+    event_type: str
+    batch_id: str | None
+    endpoint_id: str
+    org_id: str
+    url: str
+    attempt: int
+    attempted_at: float
+    outcome: str
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+    state: str  # the delivery's state now
+    delivery_id: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"delivery_id": self.delivery_id, "event_id": self.event_id, "type": self.event_type,
+                "batch_id": self.batch_id, "endpoint_id": self.endpoint_id, "org_id": self.org_id, "url": self.url,
+                "attempt": self.attempt,
+                "attempted_at": round(self.attempted_at, 3), "outcome": self.outcome,
+                "status_code": self.status_code, "error": self.error, "duration_ms": self.duration_ms,
+                "delivery_state": self.state}
+
+
+@dataclass(frozen=True, kw_only=True)
 class PrunedLog:
     attempts: int
     deliveries: int
@@ -102,6 +128,7 @@ class WebhookLog:
     def replay_delivery(self, delivery_id: str, org_id: str | None = None) -> ReplayedDelivery:
         """Due again now, whatever became of it (delivered, given up, still retrying), as a new attempt, with a
         fresh retry window; a claim in flight is dropped, so that attempt's outcome no longer decides its state.
+        A paused endpoint's pause ends: the replay is the one attempt its circuit lets through.
         404 for an unknown id (or another organization's); 409 when its endpoint was removed."""
         d, e = webhook_deliveries.c, webhook_endpoints.c
         with self.db.write() as conn:
@@ -121,6 +148,7 @@ class WebhookLog:
             clock = self.db.clock(conn)
             conn.execute(webhook_deliveries.update().where(d.id == delivery_id).values(
                 state=PENDING, next_attempt_at=clock, enqueued_at=clock, claim_token=None))
+            conn.execute(webhook_endpoints.update().where(e.id == row.endpoint_id).values(paused_until=None))
         return ReplayedDelivery(id=delivery_id, event_id=row.event_id, endpoint_id=row.endpoint_id,
                                 attempts=row.attempts, previous_state=row.state)
 
@@ -155,3 +183,31 @@ class WebhookLog:
             if len(ids) < rows_per_transaction:
                 break
         return PrunedLog(attempts=attempts, deliveries=deliveries, events=events)
+
+    # -- what the operator reads ----------------------------------------------------------------------------------
+
+    def attempts(self, *, org_id: str | None = None, endpoint_id: str | None = None, event_id: str | None = None,
+                 limit: int = 100) -> list[AttemptLog]:
+        """The delivery log, newest attempt first."""
+        a, ev, e, d = webhook_attempts.c, webhook_events.c, webhook_endpoints.c, webhook_deliveries.c
+        query = (sa.select(a.event_id, ev.type, ev.batch_id, a.endpoint_id, a.org_id, e.url, a.attempt,
+                           a.attempted_at, a.outcome, a.status_code, a.error, a.duration_ms, d.state, d.id)
+                 .select_from(webhook_attempts.join(webhook_events, ev.id == a.event_id)
+                              .join(webhook_endpoints, e.id == a.endpoint_id)
+                              .join(webhook_deliveries, sa.and_(d.event_id == a.event_id,
+                                                                d.endpoint_id == a.endpoint_id)))
+                 .order_by(a.attempted_at.desc(), a.attempt.desc()).limit(limit))
+        for column, value in ((a.org_id, org_id), (a.endpoint_id, endpoint_id), (a.event_id, event_id)):
+            if value is not None:
+                query = query.where(column == value)
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+        return [AttemptLog(event_id=r[0], event_type=r[1], batch_id=r[2], endpoint_id=r[3], org_id=r[4], url=r[5],
+                           attempt=r[6], attempted_at=r[7], outcome=r[8], status_code=r[9], error=r[10],
+                           duration_ms=r[11], state=r[12], delivery_id=r[13]) for r in rows]
+
+    def delivery_states(self, event_id: str) -> dict[str, str]:
+        """endpoint id -> state, for one event."""
+        d = webhook_deliveries.c
+        with self.db.read() as conn:
+            return dict(conn.execute(sa.select(d.endpoint_id, d.state).where(d.event_id == event_id)).all())

@@ -1,15 +1,17 @@
-"""The webhook outbox: events, one delivery of each per endpoint, the claims delivery loops take, and the log.
+"""The webhook outbox: events, one delivery of each per endpoint, the claims delivery loops take, and what an
+attempt's outcome does to its delivery and its endpoint.
 
 An event is written by ``enqueue_batch_event`` inside the transaction that gives a batch its terminal status
 (``store/results.py``), with one delivery per endpoint the organization has then that subscribes to its type:
 the status and its event commit together or not at all, so a crash can neither lose an event nor make one up.
 
 Delivery loops on any number of machines share the deliveries through ``claim_due``: a due row is taken by an
-update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, under
-``FOR UPDATE SKIP LOCKED`` on PostgreSQL (a racing loop takes the next rows) and SQLite's single writer. An
-attempt's result is written with ``record_attempt`` in one transaction with its log row, fenced by the claim's
-token. A loop that dies mid-attempt leaves the row to come due again: an event may arrive twice, but is never lost.
-Every time here is the database's clock.
+update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, its endpoint's row
+locked with ``SKIP LOCKED`` on PostgreSQL (SQLite has a single writer). An endpoint has its own concurrency and
+its own circuit (``webhook_endpoints.failures``, ``paused_until``), so a slow or failing endpoint holds back its
+own deliveries only. An attempt's result is written with ``record_attempt`` in one transaction with its log row,
+fenced by the claim's token. A loop that dies mid-attempt leaves the row to come due again: an event may arrive
+twice, but is never lost. Every time here is the database's clock.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..backoff import Backoff
 from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id, now
 from ..types import BatchStatus
 from .db import Database
 from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events
 
-__all__ = ["WebhookOutbox", "DueDelivery", "AttemptLog", "EVENT_TYPES", "TEST_EVENT_TYPE", "PENDING", "DELIVERED",
+__all__ = ["WebhookOutbox", "DueDelivery", "EVENT_TYPES", "TEST_EVENT_TYPE", "PENDING", "DELIVERED",
            "FAILED", "REMOVED", "enqueue_batch_event", "end_pending_deliveries", "event_payload", "delivery_id",
            "subscribed"]
 
@@ -63,32 +66,6 @@ class DueDelivery:
     @property
     def signing_secrets(self) -> list[str]:
         return [self.secret] if self.previous_secret is None else [self.secret, self.previous_secret]
-
-
-@dataclass(frozen=True, kw_only=True)
-class AttemptLog:
-    event_id: str
-    event_type: str
-    batch_id: str | None
-    endpoint_id: str
-    org_id: str
-    url: str
-    attempt: int
-    attempted_at: float
-    outcome: str
-    status_code: int | None
-    error: str | None
-    duration_ms: int
-    state: str  # the delivery's state now
-    delivery_id: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {"delivery_id": self.delivery_id, "event_id": self.event_id, "type": self.event_type,
-                "batch_id": self.batch_id, "endpoint_id": self.endpoint_id, "org_id": self.org_id, "url": self.url,
-                "attempt": self.attempt,
-                "attempted_at": round(self.attempted_at, 3), "outcome": self.outcome,
-                "status_code": self.status_code, "error": self.error, "duration_ms": self.duration_ms,
-                "delivery_state": self.state}
 
 
 def event_payload(event_id: str, event_type: str, created_at: int, object_id: str,
@@ -198,23 +175,26 @@ class WebhookOutbox:
                            previous_secret=previous, payload=payload.encode(), attempt=1, enqueued_at=clock,
                            claim_token=token)
 
-    def claim_due(self, *, limit: int, hold_seconds: float, rotation_overlap: float = 0.0) -> list[DueDelivery]:
-        """Up to ``limit`` pending deliveries due now (oldest due first), each taken for ``hold_seconds``: no
-        other loop takes it meanwhile, and after that it is due again unless its outcome was recorded. Each is
-        signed by its endpoint's secret, and by the one a rotation replaced less than ``rotation_overlap``
-        seconds ago."""
+    def claim_due(self, *, limit: int, hold_seconds: float, endpoint_concurrency: int,
+                  rotation_overlap: float = 0.0) -> list[DueDelivery]:
+        """Up to ``limit`` pending deliveries due now, each taken for ``hold_seconds``: no other loop takes it
+        meanwhile, and after that it is due again unless its outcome was recorded. An endpoint gets them only while
+        it is not paused (``record_attempt``), up to ``endpoint_concurrency`` attempts in flight (one while it is
+        failing), and in turns with the others, the least busy first, so that no endpoint waits behind another's
+        backlog. Each is signed by its endpoint's secret, and by the one a rotation replaced less than
+        ``rotation_overlap`` seconds ago."""
         d, e, ev = webhook_deliveries.c, webhook_endpoints.c, webhook_events.c
-        with self.db.read() as conn:  # most rounds find nothing: a read, not a write lock (SQLite has one)
-            clock = self.db.clock(conn)
-            if conn.execute(sa.select(d.event_id).where(d.state == PENDING, d.next_attempt_at <= clock)
-                            .limit(1)).first() is None:
+        with self.db.read() as conn:  # most polls find nothing: a read, not a write lock (SQLite has one)
+            if conn.execute(_claimable(self.db.clock(conn), endpoint_concurrency).limit(1)).first() is None:
                 return []
         token = new_claim_token()
         with self.db.write() as conn:
             clock = self.db.clock(conn)
+            # PostgreSQL: a racing loop skips the endpoints locked here; one that read before this commits finds the
+            # deliveries taken here no longer due below, so no endpoint passes its concurrency.
+            rows = conn.execute(_claimable(clock, endpoint_concurrency).limit(limit).with_for_update(
+                of=webhook_endpoints, skip_locked=True, key_share=True)).all()
             due = sa.and_(d.state == PENDING, d.next_attempt_at <= clock)
-            rows = conn.execute(sa.select(d.event_id, d.endpoint_id).where(due).order_by(d.next_attempt_at)
-                                .limit(limit).with_for_update(skip_locked=True)).all()
             claimed: list[DueDelivery] = []
             for row in rows:
                 taken = conn.execute(webhook_deliveries.update().where(
@@ -238,12 +218,13 @@ class WebhookOutbox:
         return claimed
 
     def record_attempt(self, due: DueDelivery, *, outcome: str, status_code: int | None, error: str | None,
-                       duration_ms: int, retry_in: float | None, give_up_after: float) -> str:
-        """Log the attempt and move its delivery on: ``delivered``; or due again in ``retry_in`` seconds;
-        or ``failed`` when that would be later than ``give_up_after`` seconds from when it was enqueued (or
-        ``retry_in`` is None). Returns the delivery's state. A claim that is no longer ours (its hold lapsed and
-        another loop took it) changes nothing but the log."""
-        d = webhook_deliveries.c
+                       duration_ms: int, backoff: Backoff, give_up_after: float, retry: bool = True) -> str:
+        """Log the attempt and move its delivery and its endpoint on. Delivered: the endpoint's failures are
+        forgiven and its pause ends. Otherwise the delivery is due again after ``backoff`` of its attempts, or
+        ``failed`` when that would be later than ``give_up_after`` seconds after it was enqueued (or not
+        ``retry``), and its endpoint pauses (``_pause_endpoint``). Returns the delivery's state. A claim that is
+        no longer ours (its hold lapsed and another loop took it) changes nothing but the log."""
+        d, e = webhook_deliveries.c, webhook_endpoints.c
         with self.db.write() as conn:
             clock = self.db.clock(conn)
             conn.execute(webhook_attempts.insert().values(
@@ -251,44 +232,59 @@ class WebhookOutbox:
                 org_id=due.org_id, attempt=due.attempt, attempted_at=clock, outcome=outcome,
                 status_code=status_code, error=error, duration_ms=duration_ms))
             values: dict[str, Any] = {"attempts": due.attempt, "last_attempt_at": clock, "claim_token": None}
+            retry_at = clock + backoff.delay(due.attempt)
             if outcome == DELIVERED:
                 values.update(state=DELIVERED, delivered_at=clock)
-            elif retry_in is None or clock + retry_in > due.enqueued_at + give_up_after:
+            elif not retry or retry_at > due.enqueued_at + give_up_after:
                 values.update(state=FAILED)
             else:
-                values.update(next_attempt_at=clock + retry_in)
+                values.update(next_attempt_at=retry_at)
             done = conn.execute(webhook_deliveries.update().where(
                 d.event_id == due.event_id, d.endpoint_id == due.endpoint_id, d.claim_token == due.claim_token,
                 d.state == PENDING).values(**values))
-            if done.rowcount == 1:
-                return str(values.get("state", PENDING))
-            return str(conn.execute(sa.select(d.state).where(d.event_id == due.event_id,
-                                                             d.endpoint_id == due.endpoint_id)).scalar_one())
+            if done.rowcount != 1:
+                return str(conn.execute(sa.select(d.state).where(d.event_id == due.event_id,
+                                                                 d.endpoint_id == due.endpoint_id)).scalar_one())
+            if outcome == DELIVERED:
+                conn.execute(webhook_endpoints.update().where(
+                    e.id == due.endpoint_id, sa.or_(e.failures != 0, e.paused_until.is_not(None)))
+                    .values(failures=0, paused_until=None))
+            else:
+                _pause_endpoint(conn, due.endpoint_id, clock=clock, backoff=backoff, give_up_after=give_up_after)
+            return str(values.get("state", PENDING))
 
-    # -- what the operator reads ----------------------------------------------------------------------------------
 
-    def attempts(self, *, org_id: str | None = None, endpoint_id: str | None = None, event_id: str | None = None,
-                 limit: int = 100) -> list[AttemptLog]:
-        """The delivery log, newest attempt first."""
-        a, ev, e, d = webhook_attempts.c, webhook_events.c, webhook_endpoints.c, webhook_deliveries.c
-        query = (sa.select(a.event_id, ev.type, ev.batch_id, a.endpoint_id, a.org_id, e.url, a.attempt,
-                           a.attempted_at, a.outcome, a.status_code, a.error, a.duration_ms, d.state, d.id)
-                 .select_from(webhook_attempts.join(webhook_events, ev.id == a.event_id)
-                              .join(webhook_endpoints, e.id == a.endpoint_id)
-                              .join(webhook_deliveries, sa.and_(d.event_id == a.event_id,
-                                                                d.endpoint_id == a.endpoint_id)))
-                 .order_by(a.attempted_at.desc(), a.attempt.desc()).limit(limit))
-        for column, value in ((a.org_id, org_id), (a.endpoint_id, endpoint_id), (a.event_id, event_id)):
-            if value is not None:
-                query = query.where(column == value)
-        with self.db.read() as conn:
-            rows = conn.execute(query).all()
-        return [AttemptLog(event_id=r[0], event_type=r[1], batch_id=r[2], endpoint_id=r[3], org_id=r[4], url=r[5],
-                           attempt=r[6], attempted_at=r[7], outcome=r[8], status_code=r[9], error=r[10],
-                           duration_ms=r[11], state=r[12], delivery_id=r[13]) for r in rows]
+def _claimable(clock: float, endpoint_concurrency: int) -> sa.Select:
+    """The due deliveries each endpoint may have attempted now (``claim_due``), longest due first, in turns: every
+    endpoint's first before any second, the least busy endpoints first."""
+    d, e = webhook_deliveries.c, webhook_endpoints.c
+    place = sa.func.row_number().over(partition_by=d.endpoint_id, order_by=(d.next_attempt_at, d.event_id))
+    heads = (sa.select(d.event_id, d.endpoint_id, d.next_attempt_at, place.label("place"))
+             .where(d.state == PENDING, d.next_attempt_at <= clock).subquery())
+    flying = (sa.select(d.endpoint_id, sa.func.count().label("count"))
+              .where(d.state == PENDING, d.claim_token.is_not(None), d.next_attempt_at > clock)
+              .group_by(d.endpoint_id).subquery())
+    busy = sa.func.coalesce(flying.c.count, 0)
+    return (sa.select(heads.c.event_id, heads.c.endpoint_id)
+            .select_from(heads.join(webhook_endpoints, e.id == heads.c.endpoint_id)
+                         .outerjoin(flying, flying.c.endpoint_id == heads.c.endpoint_id))
+            .where(sa.or_(e.paused_until.is_(None), e.paused_until <= clock),
+                   busy + heads.c.place <= sa.case((e.failures == 0, endpoint_concurrency), else_=1))
+            .order_by(busy + heads.c.place, heads.c.next_attempt_at))
 
-    def delivery_states(self, event_id: str) -> dict[str, str]:
-        """endpoint id -> state, for one event."""
-        d = webhook_deliveries.c
-        with self.db.read() as conn:
-            return dict(conn.execute(sa.select(d.endpoint_id, d.state).where(d.event_id == event_id)).all())
+
+def _pause_endpoint(conn: Connection, endpoint_id: str, *, clock: float, backoff: Backoff,
+                    give_up_after: float) -> None:
+    """The endpoint's circuit after a failed attempt: no attempt to it for ``backoff`` of its failures in a row
+    (then one at a time until one is delivered). Its deliveries due before then wait for the pause, and those
+    whose window would end first are given up, as their own failure would give them up."""
+    d, e = webhook_deliveries.c, webhook_endpoints.c
+    failures = conn.execute(webhook_endpoints.update().where(e.id == endpoint_id)
+                            .values(failures=e.failures + 1).returning(e.failures)).scalar_one()
+    until = clock + backoff.delay(failures)
+    conn.execute(webhook_endpoints.update().where(e.id == endpoint_id).values(paused_until=until))
+    waiting = sa.and_(d.endpoint_id == endpoint_id, d.state == PENDING, d.claim_token.is_(None),
+                      d.next_attempt_at < until)
+    conn.execute(webhook_deliveries.update().where(waiting, d.enqueued_at + give_up_after < until)
+                 .values(state=FAILED))
+    conn.execute(webhook_deliveries.update().where(waiting).values(next_attempt_at=until))

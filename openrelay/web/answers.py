@@ -1,5 +1,6 @@
 """What a result line answered, in words, for the record browser to show above the raw JSON: a chat message's
-text (or the tools it called), a completion's text, a response's output text, or the size of an embedding."""
+text (or the tools it called), a completion's text, a response's output text, an Anthropic message's text, or the
+size of an embedding."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def answer_text(line: dict[str, Any]) -> str | None:
         return _choice(body["choices"][0])
     if isinstance(body.get("output"), list):
         return _response_output(body["output"])
+    if body.get("type") == "message" and isinstance(body.get("content"), list):  # Anthropic's Messages API
+        return _content_text(body["content"])
     return None
 
 

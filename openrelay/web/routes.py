@@ -155,7 +155,7 @@ def _file_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
                       last_id=listed["last_id"])
 
     async def download(request: Request, signed: SignedInSession, file_id: str) -> Response:
-        record, chunks = await run_in_threadpool(file_service.file_content, rt, signed.key, file_id)
+        record, _whole, chunks = await run_in_threadpool(file_service.file_content, rt, signed.key, file_id)
         return StreamingResponse(chunks, media_type="application/octet-stream", headers={
             "content-length": str(record.bytes), "cache-control": "no-store", "x-content-type-options": "nosniff",
             "content-disposition": _attachment(record.filename)})

@@ -2,9 +2,11 @@
 each signed event, record the attempt, and come back for failures with an exponential backoff.
 
 Any number of loops on any number of machines share the outbox through the store's claims
-(``WebhookOutbox.claim_due``); a loop holds nothing the store does not. ``deliver_due`` does one round and
-returns what it did, so a test or an operator can drain the outbox without a loop. The loop also prunes the
-delivery log past ``log_keep_seconds`` (``prune_delivery_log``), at most once per ``prune_period``.
+(``WebhookOutbox.claim_due``), which give each endpoint its own concurrency and circuit; a loop holds nothing the
+store does not. A loop keeps up to ``OPENRELAY_WEBHOOK_CONCURRENCY`` attempts in flight, each started when it is
+claimed and recorded when it ends, so no attempt waits for another. An attempt ends at the timeout counted from its
+claim, connect to last byte, well before the claim lapses. The loop also prunes the delivery log past
+``log_keep_seconds`` (``prune_delivery_log``), at most once per ``prune_period``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ __all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "retry_delay", "prune_
 
 log = logging.getLogger("openrelay.webhooks")
 
-_CLAIM_LIMIT = 32  # deliveries one round takes at most; they are sent concurrently
+_CLAIM_LIMIT = 32  # deliveries one claim takes at most
 _PRUNE_EVERY_SECONDS = 3600.0
 _MAX_ERROR_CHARS = 500
 
@@ -85,45 +87,71 @@ class WebhookDelivery:
 
     @property
     def hold_seconds(self) -> float:
-        """How long a claim keeps other loops off a delivery: its attempt's timeout, and as long again (plus a
-        second) to record the outcome. A loop that died holding it is followed by a resend after this."""
+        """How long a claim keeps other loops off a delivery: its attempt's timeout, counted from before the claim,
+        and as long again (plus a second) to record the outcome. A loop that died holding it is followed by a
+        resend after this."""
         return 2 * self.settings.webhooks.timeout_seconds + 1
 
     async def run_forever(self, stop: asyncio.Event) -> None:
-        """Round after round until ``stop`` is set; a round that found work is followed at once by the next.
-        The log is pruned at the start and then every ``prune_period``."""
+        """Claim and send until ``stop`` is set: again as soon as something was claimed or an attempt ended, else
+        every ``poll_seconds``. The log is pruned at the start and then every ``prune_period``, beside the
+        deliveries. Once stopped, the attempts in flight end (within the timeout) and are recorded."""
+        flying: set[asyncio.Task[None]] = set()
+        pruning: asyncio.Task[None] | None = None
         pruned_at = -float("inf")
         while not stop.is_set():
-            done: list[Attempt] = []
-            try:
-                if time.monotonic() - pruned_at >= prune_period(self.settings):
-                    pruned_at = time.monotonic()
-                    await asyncio.to_thread(prune_delivery_log, self.store, self.settings)
-                done = await self.deliver_due()
-            except Exception:  # the store is away: the next round tries again
-                log.exception("webhook delivery round failed")
-            if done:
+            if (pruning is None or pruning.done()) and time.monotonic() - pruned_at >= prune_period(self.settings):
+                pruned_at = time.monotonic()
+                pruning = asyncio.create_task(self._prune())
+            claimed_at = asyncio.get_running_loop().time()
+            room = self.settings.webhooks.concurrency - len(flying)
+            claimed = await self._claim(room) if room > 0 else []
+            for due in claimed:
+                task = asyncio.create_task(self._send(due, claimed_at))
+                flying.add(task)
+                task.add_done_callback(flying.discard)
+            if claimed and len(flying) < self.settings.webhooks.concurrency:
                 continue
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.settings.webhooks.poll_seconds)
-            except TimeoutError:
-                pass
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({stopped, *flying}, timeout=self.settings.webhooks.poll_seconds,
+                               return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+        await asyncio.gather(*flying, return_exceptions=True)
 
-    async def deliver_due(self) -> list[Attempt]:
-        """Claim what is due now and send it, concurrently; the attempts made."""
-        claimed = await asyncio.to_thread(self.store.claim_due, limit=_CLAIM_LIMIT, hold_seconds=self.hold_seconds,
-                                          rotation_overlap=self.settings.webhooks.rotation_overlap_seconds)
-        return list(await asyncio.gather(*(self.deliver(due) for due in claimed)))
+    async def _send(self, due: DueDelivery, claimed_at: float) -> None:
+        try:
+            await self.deliver(due, claimed_at=claimed_at)
+        except Exception:  # the store went away before the outcome was written: the claim lapses, it is resent
+            log.exception("webhook %s to %s: the attempt could not be recorded", due.event_id, due.url)
 
-    async def deliver(self, due: DueDelivery, *, retry: bool = True) -> Attempt:
+    async def _prune(self) -> None:
+        try:
+            await asyncio.to_thread(prune_delivery_log, self.store, self.settings)
+        except Exception:  # the store is away: the next period tries again
+            log.exception("webhook log pruning failed")
+
+    async def _claim(self, room: int) -> list[DueDelivery]:
+        """What is due now, up to ``room``; nothing while the store is away."""
+        try:
+            return await asyncio.to_thread(
+                self.store.claim_due, limit=min(room, _CLAIM_LIMIT), hold_seconds=self.hold_seconds,
+                endpoint_concurrency=self.settings.webhooks.endpoint_concurrency,
+                rotation_overlap=self.settings.webhooks.rotation_overlap_seconds)
+        except Exception:  # the store is away: the next poll tries again
+            log.exception("webhook delivery: claiming failed")
+            return []
+
+    async def deliver(self, due: DueDelivery, *, retry: bool = True, claimed_at: float | None = None) -> Attempt:
         """Send one claimed delivery and record the attempt; without ``retry`` a failure is final (the
-        operator's test event)."""
-        started = time.monotonic()
-        outcome, status_code, error = await self._post(due)
-        duration_ms = int((time.monotonic() - started) * 1000)
+        operator's test event). The attempt ends at the timeout after ``claimed_at`` (the event loop's clock
+        before the claim was taken; now when not given)."""
+        started = asyncio.get_running_loop().time()
+        deadline = (started if claimed_at is None else claimed_at) + self.settings.webhooks.timeout_seconds
+        outcome, status_code, error = await self._post(due, deadline)
+        duration_ms = int((asyncio.get_running_loop().time() - started) * 1000)
         state = await asyncio.to_thread(
             self.store.record_attempt, due, outcome=outcome, status_code=status_code, error=error,
-            duration_ms=duration_ms, retry_in=retry_backoff(self.settings).delay(due.attempt) if retry else None,
+            duration_ms=duration_ms, backoff=retry_backoff(self.settings), retry=retry,
             give_up_after=self.settings.webhooks.give_up_seconds)
         WEBHOOK_ATTEMPTS.labels(outcome).inc()
         if outcome != DELIVERED:
@@ -133,13 +161,18 @@ class WebhookDelivery:
                        attempt=due.attempt, outcome=outcome,
                        status_code=status_code, error=error, state=state)
 
-    async def _post(self, due: DueDelivery) -> tuple[str, int | None, str | None]:
-        """(outcome, status code, error) of one POST. Only a 2xx delivers; the answer's body is never read."""
+    async def _post(self, due: DueDelivery, deadline: float) -> tuple[str, int | None, str | None]:
+        """(outcome, status code, error) of one POST, over by ``deadline`` whatever the endpoint does. Only a 2xx
+        delivers; the answer's body is never read."""
+        timeout = self.settings.webhooks.timeout_seconds
         headers = signed_headers(due.signing_secrets, due.event_id, due.payload, int(time.time()))
         try:
-            async with (webhook_client(due.url, self.catalog, self.settings.webhooks.timeout_seconds) as client,
+            async with (asyncio.timeout_at(deadline),
+                        webhook_client(due.url, self.catalog, timeout) as client,
                         client.stream("POST", due.url, content=due.payload, headers=headers) as response):
                 status_code = response.status_code
+        except TimeoutError:
+            return "failed", None, f"no answer within the timeout ({timeout:g} s)"
         except Exception as exc:
             blocked = _found_blocked(exc)
             if blocked is not None:

@@ -1,11 +1,13 @@
 """Where a webhook may be sent: the same network safety as tool servers (``egress.py``).
 
-Never to a link-local or cloud metadata address. To a loopback or private address (anything not globally
+Never to a link-local or cloud metadata address, nor to one no delivery can reach (unspecified, multicast, reserved,
+IPv4-compatible IPv6 such as ``::127.0.0.1``). To a loopback or private address (anything not globally
 routable) only when an entry of the catalog's ``[webhooks] allow`` covers the endpoint's URL, matched as
 ``[tools] allow`` is (``Catalog.webhook_private_allowed``). Any other http(s) URL is the user's own server on the
 internet and needs no entry.
 
-A literal address is judged when the endpoint is registered; a host name at every delivery, by the connection
+A literal address is judged when the endpoint is registered, and one in a form resolvers read differently
+(``127.000.000.001``, ``127.1``, ``0x7f.0.0.1``) is refused there; a host name at every delivery, by the connection
 itself, which resolves it, refuses it if any address it resolves to is refused, and connects only to an address
 it checked (a name can point elsewhere by the time of the delivery).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 
 import httpx2
 
@@ -24,12 +27,18 @@ from ..urls import UrlRefused, normalized_http_url
 __all__ = ["MAX_URL_LENGTH", "address_refusal", "webhook_url_problem", "webhook_client"]
 
 MAX_URL_LENGTH = 2048
+# A host whose last label is a number is an IPv4 address to URL parsers and resolvers (WHATWG's "ends in a
+# number"), never a name; ``ipaddress`` reads only its usual form.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9a-fA-F]*")
 
 
 def address_refusal(address: IpAddress, *, private_allowed: bool) -> str | None:
     """Why a delivery may not connect to ``address``, or None."""
     if blocked_address(address):
         return "a link-local or metadata address"
+    carried = carried_address(address)
+    if carried.is_unspecified or carried.is_multicast or (carried.is_reserved and not carried.is_loopback):
+        return "an address no delivery can reach (unspecified, multicast, reserved or IPv4-compatible IPv6)"
     if not carried_address(address).is_global and not private_allowed:
         return "a loopback or private address, which the operator's [webhooks] allow does not list"
     return None
@@ -50,6 +59,9 @@ def webhook_url_problem(url: object, catalog: Catalog) -> str | None:
     try:
         literal = ipaddress.ip_address(target.host)
     except ValueError:
+        if _NUMERIC_LABEL.fullmatch(target.host.rstrip(".").rsplit(".", 1)[-1]):
+            return (f"url host {target.host} is an IPv4 address in a form resolvers read differently (octal, hex, "
+                    "leading zeros, fewer than four parts); write it as four decimal numbers")
         return None  # a name: judged at each delivery, after it is resolved
     why = address_refusal(literal, private_allowed=catalog.webhook_private_allowed(target.url))
     return None if why is None else f"url {target.url} points at {why}"

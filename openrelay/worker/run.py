@@ -27,6 +27,7 @@ from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
 from ..types import Batch, BatchStatus, Rejection
 from .abort import AbortWatch
+from .billing import Billing, NoRoom
 from .chunks import ChunkWriter
 from .dispatch import DispatchQueue, ModelGroups, Pending
 from .finalize import finalize_batch
@@ -34,7 +35,6 @@ from .gate import EngineGate, Stopped, StopReason
 from .inputs import Unreadable, read_rejections
 from .lease import LeaseKeeper
 from .lines import engine_error_line, error_line, output_line
-from .usage import record_usage
 
 __all__ = ["BatchRun", "RunIncomplete"]
 
@@ -73,7 +73,7 @@ class BatchRun:
         self.batch = batch
         self.spec = spec
         self.gate = gate
-        self.price = spec.price(rt.catalog.factor(batch.priority))
+        self.billing = Billing(batch, spec, spec.price(rt.catalog.factor(batch.priority)))
         self.settings = rt.settings
         self.keeper = LeaseKeeper(rt.leases, rt.settings.worker, batch.id, worker_id)
         self._draining = draining  # the worker is stopping: take no more records, hand the batch back
@@ -249,24 +249,25 @@ class BatchRun:
         custom_id = record["custom_id"]
         request_id = new_request_id()
         try:
-            with tracing.engine_calls(request_id, self.batch.id, line):
-                reply = await self._answer(record["body"], group)
-            if 200 <= reply.status_code < 300:
-                usage = record_usage(self.batch.endpoint, reply.body)
-                data = output_line(custom_id, reply.body, catalog_model=self.spec.name, request_id=request_id)
-                self.writer.add_output(line, data, usage=usage, cost=self.price.cost(
-                    usage.input_tokens, usage.output_tokens, usage.cached_tokens))
-                self.abort.settled(failed=False)
-            else:
-                self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body, request_id))
-                self.abort.settled(failed=True)
+            async with self.billing.holding(line, record["body"]) as hold:
+                with tracing.engine_calls(request_id, self.batch.id, line):
+                    reply = await self._answer(record["body"], group)
+                if 200 <= reply.status_code < 300:
+                    usage, cost = self.billing.bill(hold, reply.body)
+                    data = output_line(custom_id, reply.body, catalog_model=self.spec.name, request_id=request_id)
+                    self.writer.add_output(line, data, usage=usage, cost=cost)
+                    self.abort.settled(failed=False)
+                else:
+                    self.writer.add_error(line, engine_error_line(custom_id, reply.status_code, reply.body,
+                                                                  request_id))
+                    self.abort.settled(failed=True)
         except Stopped as stop:
             if stop.reason in _STOPPED_MESSAGES:  # lost or drained: the record runs again where the batch goes
                 code, message = _STOPPED_MESSAGES[stop.reason]
                 self.writer.add_error(line, error_line(custom_id, code=code, message=message))
             return False
-        except _RecordFailed as exc:
-            self.writer.add_error(line, error_line(custom_id, code=exc.code, message=exc.message))
+        except (_RecordFailed, NoRoom) as exc:
+            self.writer.add_error(line, error_line(custom_id, code=exc.code, message=str(exc)))
             self.abort.settled(failed=True)
         except Exception as exc:  # noqa: BLE001 - whatever else breaks is this record's failure, not the batch's
             log.exception("batch %s: record at line %d failed", self.batch.id, line)

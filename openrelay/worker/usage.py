@@ -5,12 +5,16 @@ llama-server report in ``prompt_tokens_details.cached_tokens`` (prompt tokens se
 cache) and ``completion_tokens_details.reasoning_tokens``. The Responses API names the same four
 ``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens`` and
 ``output_tokens_details.reasoning_tokens``. Embeddings count ``prompt_tokens`` only and have no details.
+Anthropic's Messages API counts ``input_tokens`` apart from ``cache_read_input_tokens`` and
+``cache_creation_input_tokens``: its input is their sum, its cached tokens the cache reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from ..catalog import MESSAGES
 
 __all__ = ["RecordUsage", "record_usage"]
 
@@ -51,6 +55,11 @@ def record_usage(endpoint: str, body: dict[str, Any]) -> RecordUsage:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return RecordUsage()
+    if endpoint == MESSAGES:
+        cached = _tokens(usage, "cache_read_input_tokens")
+        return RecordUsage(input_tokens=_tokens(usage, "input_tokens") + cached
+                           + _tokens(usage, "cache_creation_input_tokens"),
+                           cached_tokens=cached, output_tokens=_tokens(usage, "output_tokens"))
     fields = _FIELDS.get(endpoint, _CHAT)
     input_tokens, output_tokens = _tokens(usage, fields.input), _tokens(usage, fields.output)
     return RecordUsage(input_tokens=input_tokens, cached_tokens=min(_detail(usage, fields.cached), input_tokens),

@@ -1,8 +1,11 @@
 """A webhook receiver for tests, run as its own process: it records every POST it gets and answers as told.
 
 Each test posts to a path of its own (``/hooks/<name>``), and the rules are per path: fail the next N requests
-with a status, or hold requests unanswered until told to let them go (to kill a server mid-delivery). Control
-endpoints under ``/_control``; ``Receiver`` drives them from a test.
+with a status; hold requests unanswered until told to let them go (to kill a server mid-delivery, or to hang);
+or trickle the answer's head one byte at a time, never ending it, until told to let them go. Each request is
+recorded with what was still open on its path when it came (``open_beside``, and ``overlapped``: another attempt
+of the same ``webhook-id``), judged by the connections themselves. Control endpoints under ``/_control``;
+``Receiver`` drives them from a test.
 
     python -m tests.support.webhook_receiver --port 0     # prints READY port=<N>
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import socket
 import sys
 import threading
 import time
@@ -32,6 +36,18 @@ class _State:
         self.requests: list[dict[str, Any]] = []
         self.fail: dict[str, list[int]] = {}  # path -> [remaining, status]
         self.hold: set[str] = set()
+        self.trickle: dict[str, float] = {}  # path -> seconds between bytes
+        self.open: dict[int, socket.socket] = {}  # request's seq -> its connection, until it is answered
+
+
+def _still_open(connection: socket.socket) -> bool:
+    """Whether the sender still holds ``connection`` (it closes it when its attempt ends)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 STATE = _State()
@@ -69,10 +85,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/_control/"):
             self._control(self.path.removeprefix("/_control/"), json.loads(body or b"{}"))
             return
-        record = {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                  "body": base64.b64encode(body).decode(), "received_at": time.time(), "answered": None}
+        headers = {k.lower(): v for k, v in self.headers.items()}
         with STATE.lock:
+            beside = [r for r in STATE.requests if r["path"] == self.path and r["seq"] in STATE.open
+                      and _still_open(STATE.open[r["seq"]])]
+            record = {"path": self.path, "headers": headers, "body": base64.b64encode(body).decode(),
+                      "received_at": time.time(), "answered": None, "seq": len(STATE.requests),
+                      "open_beside": len(beside),
+                      "overlapped": any(r["headers"].get("webhook-id") == headers.get("webhook-id") for r in beside)}
             STATE.requests.append(record)
+            STATE.open[record["seq"]] = self.connection
             STATE.lock.notify_all()
             rule = STATE.fail.get(self.path)
             if rule and rule[0] > 0:
@@ -82,8 +104,38 @@ class _Handler(BaseHTTPRequestHandler):
                 while self.path in STATE.hold:
                     STATE.lock.wait()
                 status = 200
-            record["answered"] = status
-        self._answer(status, {"ok": status < 300})
+        if status == 200 and self.path in STATE.trickle:
+            answered = self._trickle()
+        else:
+            self._answer(status, {"ok": status < 300})
+            answered = True
+        with STATE.lock:
+            record["answered"] = status if answered else None
+            STATE.open.pop(record["seq"], None)
+
+    def _trickle(self) -> bool:
+        """The answer's head a byte at a time (an endless header once the status line is out) until the path is
+        let go, then the rest of it; or nothing more once the sender hung up. Whether it was all sent."""
+        head, sent = b"HTTP/1.1 200 OK\r\nx-trickle: ", 0
+        while True:
+            with STATE.lock:
+                interval = STATE.trickle.get(self.path)
+                if interval is not None:
+                    STATE.lock.wait(interval)
+                if self.path not in STATE.trickle:
+                    break
+            try:
+                self.wfile.write(head[sent:sent + 1] or b"a")
+            except OSError:
+                self.close_connection = True
+                return False
+            sent += 1
+        try:
+            self.wfile.write(head[sent:] + b"\r\ncontent-length: 0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+            return False
+        return True
 
     def _control(self, what: str, args: dict[str, Any]) -> None:
         with STATE.lock:
@@ -95,6 +147,12 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     STATE.hold.discard(args["path"])
                     STATE.lock.notify_all()
+            elif what == "trickle":
+                if args["every"]:
+                    STATE.trickle[args["path"]] = float(args["every"])
+                else:
+                    STATE.trickle.pop(args["path"], None)
+                    STATE.lock.notify_all()
             else:
                 self._answer(404)
                 return
@@ -103,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 128  # a delivery loop opens up to 32 connections at once
+    request_queue_size = 256  # a delivery loop has up to 128 attempts in flight
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A sender that hung up before reading the answer (OpenRelay does not read it) is not an error."""
@@ -141,6 +199,10 @@ class Receiver:
     def hold(self, name: str, on: bool = True) -> None:
         """Requests to ``name`` get no answer until ``hold(name, False)``."""
         self._control("hold", path=f"/hooks/{name}", on=on)
+
+    def trickle(self, name: str, every: float | None) -> None:
+        """Answers to ``name`` come a byte every ``every`` seconds and never end, until ``trickle(name, None)``."""
+        self._control("trickle", path=f"/hooks/{name}", every=every)
 
     def requests(self, name: str) -> list[dict[str, Any]]:
         """What ``name`` received, oldest first, each with its ``body`` as bytes."""
