@@ -23,7 +23,9 @@ from .store.idempotency import IdempotencyKeys
 from .store.leases import BatchLeases
 from .store.results import Results
 from .store.sessions import Sessions
-from .store.webhooks import WebhookStore
+from .store.webhook_endpoints import WebhookEndpoints
+from .store.webhook_log import WebhookLog
+from .store.webhook_outbox import WebhookOutbox
 from .store.workers import WorkerRegistry
 
 __all__ = ["Runtime", "open_runtime", "open_store", "open_blob_store", "check_blob_url"]
@@ -40,7 +42,9 @@ class Runtime:
     idempotency: IdempotencyKeys
     results: Results
     sessions: Sessions
-    webhooks: WebhookStore
+    webhook_endpoints: WebhookEndpoints  # an organization's endpoints
+    webhook_outbox: WebhookOutbox  # events and their deliveries, as the delivery loops claim them
+    webhook_log: WebhookLog  # the delivery log: attempts, replays, pruning
     limits: EngineLimits  # what the adaptive concurrency limiters learnt
     workers: WorkerRegistry  # the live worker processes (heartbeats)
     blobs: BlobStore
@@ -113,7 +117,9 @@ def open_runtime(settings: Settings) -> Runtime:
                                     claim_seconds=settings.idempotency.claim_seconds),
         results=Results(db),
         sessions=Sessions(db),
-        webhooks=WebhookStore(db),
+        webhook_endpoints=WebhookEndpoints(db),
+        webhook_outbox=WebhookOutbox(db),
+        webhook_log=WebhookLog(db),
         limits=EngineLimits(db),
         workers=WorkerRegistry(db),
         blobs=blobs,

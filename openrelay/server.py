@@ -113,7 +113,7 @@ async def _worker_and_deliveries(rt: Runtime, worker: Worker) -> None:
     """The worker's loop and, beside its batches, the webhook delivery loop (``webhooks/delivery.py``) and the
     sweeper (``worker/sweeper.py``), until the worker is told to stop. The delivery in flight then ends within the
     webhook timeout; an unfinished one is resent."""
-    deliveries = WebhookDelivery(rt.webhooks, rt.catalog, rt.settings)
+    deliveries = WebhookDelivery(rt.webhook_outbox, rt.webhook_log, rt.catalog, rt.settings)
     sweeper = Sweeper(Retention(rt.db), rt.blobs, rt.settings.retention)
     await asyncio.gather(worker.run_forever(), deliveries.run_forever(worker.stopping),
                          sweeper.run_forever(worker.stopping))
