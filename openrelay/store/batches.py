@@ -13,7 +13,7 @@ from ..ids import now
 from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
 from .batch_rows import batch_from_row, batch_values
 from .budgets import reserve
-from .db import Database, holds_nul
+from .db import Database, holds_nul, in_order_after
 from .ended_counts import count_ended
 from .files import insert_file
 from .idempotency import Claim, complete_claim
@@ -69,20 +69,11 @@ class Batches:
         """A page of the organization's batches on ``endpoint``, newest first: after the batch ``after``, or the
         page just before ``before`` (404 for an anchor it has none such of); and whether more lie that way. Index
         ``ix_batches_org_endpoint_order``."""
-        anchor_id = after or before
-        order = sa.tuple_(batches.c.created_ns, batches.c.id)
         query = sa.select(batches).where(batches.c.org_id == org_id, batches.c.endpoint == endpoint)
         with self.db.read() as conn:
-            if anchor_id is not None:
-                anchor = None if holds_nul(anchor_id) else conn.execute(
-                    sa.select(batches.c.created_ns, batches.c.id).where(batches.c.id == anchor_id,
-                                                                        batches.c.org_id == org_id)).first()
-                if anchor is None:
-                    raise no_such("Batch", anchor_id, param="after_id" if after else "before_id")
-                query = query.where(order > sa.tuple_(*anchor) if before else order < sa.tuple_(*anchor))
-            columns = (batches.c.created_ns, batches.c.id)
-            rows = conn.execute(query.order_by(*(c.asc() if before else c.desc() for c in columns))
-                                .limit(limit + 1)).all()
+            query = in_order_after(conn, batches, query, org_id=org_id, after=after or before, kind="Batch",
+                                   oldest_first=bool(before), param="after_id" if after else "before_id")
+            rows = conn.execute(query.limit(limit + 1)).all()
         found = [batch_from_row(row) for row in rows[:limit]]
         return (found[::-1] if before else found), len(rows) > limit
 

@@ -174,15 +174,15 @@ def holds_nul(*texts: str | None) -> bool:
 
 
 def in_order_after(conn: Connection, table: sa.Table, query: sa.Select, *, org_id: str, after: str | None,
-                   kind: str, oldest_first: bool = False) -> sa.Select:
-    """``query`` ordered newest first (or oldest first), starting after the row ``after`` (404 when the
-    organization has none)."""
+                   kind: str, oldest_first: bool = False, param: str = "after") -> sa.Select:
+    """``query`` ordered newest first (or oldest first), starting after the row ``after`` (404 naming ``param``
+    when the organization has none)."""
     key = sa.tuple_(table.c.created_ns, table.c.id)
     if after:
         anchor = None if holds_nul(after) else conn.execute(
             sa.select(table.c.created_ns, table.c.id).where(table.c.id == after, table.c.org_id == org_id)).first()
         if anchor is None:
-            raise no_such(kind, after, param="after")
+            raise no_such(kind, after, param=param)
         query = query.where(key > sa.tuple_(*anchor) if oldest_first else key < sa.tuple_(*anchor))
     if oldest_first:
         return query.order_by(table.c.created_ns, table.c.id)
