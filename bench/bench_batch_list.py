@@ -15,7 +15,7 @@ transaction counts them. On PostgreSQL the tables are ANALYZEd after the fill (a
 left as a real store is, without ANALYZE.
 
 Then, per case, ``--requests`` timings of:
-- ``api``: ``service.batches.list_batches_plan`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
+- ``api``: ``service.batches.list_batches`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
 - ``dash``: ``service.dashboard.list_batch_page`` (a page of 25 and the summary of the filtered set: what the
   Batch page renders), in-process;
 - ``http api`` / ``http dash``: ``GET /v1/batches?...`` and ``GET /?...`` (the whole page rendered) against a real

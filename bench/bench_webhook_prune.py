@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openrelay.ids import new_event_id, new_webhook_attempt_id, now  # noqa: E402
+from openrelay.clock import now  # noqa: E402
+from openrelay.ids import new_event_id, new_webhook_attempt_id  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
 from openrelay.store.schema import webhook_attempts, webhook_deliveries, webhook_events  # noqa: E402

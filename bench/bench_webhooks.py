@@ -36,8 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openrelay.catalog import parse_catalog  # noqa: E402
+from openrelay.clock import now, now_ns  # noqa: E402
 from openrelay.config import Settings  # noqa: E402
-from openrelay.ids import new_batch_id, now, now_ns  # noqa: E402
+from openrelay.ids import new_batch_id  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402

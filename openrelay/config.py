@@ -1,8 +1,9 @@
-"""Run-time settings of one OpenRelay process: each default and its environment variable written once, here.
+"""Run-time settings of one OpenRelay process: each default, its environment variable and its flag written once, here.
 
-``Settings`` holds the process's places (data, store, catalog, blobs) and one group per concern; ``Settings.build``
-reads every group's variables from the environment (unset or empty: the default). `orl serve` and `orl worker`
-show these defaults in their help and let their flags override them.
+``Settings`` holds the process's places (data, store, catalog, blobs) and one group per concern. ``Settings.build``
+takes each setting from its flag when one was given, else from its variable (unset or empty: the default), and
+refuses one that does not parse with a ``ConfigError`` naming it: a process checks its settings when it starts.
+`orl serve`, `orl worker` and `orl admin` make their flags from the ``Flag`` of each setting (cli/flags.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["Settings", "HttpLimits", "BatchLimits", "IdempotencySettings", "ReadCaches", "WorkerSettings",
-           "EngineRetries", "WebhookSettings", "RetentionSettings", "GROUPS", "env_var", "default_database_url",
-           "DEFAULT_DATA_DIR", "LIVE_POLL_SECONDS"]
+           "EngineRetries", "WebhookSettings", "RetentionSettings", "DatabasePool", "ClientSettings", "GROUPS",
+           "Flag", "FLAGS", "default_database_url", "DEFAULT_DATA_DIR", "LIVE_POLL_SECONDS"]
 
 # How often a live view asks again: the dashboard's live regions, `orl batches wait`, `orl batches results -f`.
 LIVE_POLL_SECONDS = 1.0
@@ -39,55 +40,52 @@ def _count_or_none(raw: str) -> int | None:
     return int(raw) or None  # 0 is "no limit", like unset
 
 
-def _positive(raw: str) -> int:
-    count = int(raw)
-    if count < 1:
-        raise ValueError(raw)
-    return count
-
-
-def _days(raw: str) -> float:
-    days = float(raw)
-    if not days >= 0:
-        raise ValueError(raw)
-    return days
-
-
 _PARSERS: dict[type, Callable[[str], Any]] = {bool: _switch, int: int, float: float}
 _WANTED = {_switch: "a whole number (0: off)", int: "a whole number", float: "a number",
-           _count_or_none: "a whole number (0: no limit)", _positive: "a whole number (1 or more)",
-           _days: "a number of days (0 or more)"}
+           _count_or_none: "a whole number (0: no limit)"}
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A setting taken as a flag too: its help, its name where not the field's, and the default None in words."""
+    help: str
+    name: str = ""
+    unset: str = ""
 
 
 def setting(default: Any, env: str | None = None, *, parse: Callable[[str], Any] | None = None,
-            repr: bool = True) -> Any:
-    """A field with its default and the environment variable that overrides it (read by ``Settings.build``)."""
-    metadata = {"env": env, "parse": parse or _PARSERS.get(type(default))} if env else {}
+            least: float | None = None, flag: Flag | None = None, repr: bool = True) -> Any:
+    """A field with its default, the environment variable that overrides it and the flag that overrides both; a
+    value below ``least`` is refused, from the variable and from the flag alike."""
+    metadata = {"env": env, "parse": parse or _PARSERS.get(type(default), str), "least": least, "flag": flag}
     return field(default=default, repr=repr, metadata=metadata)
-
-
-def env_var(group: type, name: str) -> str:
-    """The environment variable of one setting: ``env_var(HttpLimits, "max_header_bytes")``."""
-    return {f.name: f for f in dataclasses.fields(group)}[name].metadata["env"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class HttpLimits:
     """What one request may send, how slowly, and whether it is logged (the API process; `orl serve`'s flags
     override them)."""
-    max_header_bytes: int = setting(65_536, "OPENRELAY_MAX_HEADER_BYTES")  # request line and headers; 431 over it
-    max_create_body_bytes: int = setting(100_000_000, "OPENRELAY_MAX_CREATE_BYTES")  # the creates' bodies; 413 over
-    max_json_body_bytes: int = setting(1_000_000, "OPENRELAY_MAX_JSON_BYTES")  # every other JSON route; 413 over it
-    max_upload_bytes: int = setting(200_000_000, "OPENRELAY_MAX_UPLOAD_BYTES")  # a file of POST /v1/files (200 MB)
-    header_timeout_seconds: float = setting(10.0, "OPENRELAY_HEADER_TIMEOUT_SECONDS")  # first byte to end of headers
-    body_idle_timeout_seconds: float = setting(30.0, "OPENRELAY_BODY_TIMEOUT_SECONDS")  # a body silent this long: 408
-    access_log: bool = setting(True, "OPENRELAY_ACCESS_LOG")  # a line per request: method, path, status, time, org
+    max_header_bytes: int = setting(65_536, "OPENRELAY_MAX_HEADER_BYTES", least=1, flag=Flag(
+        "Request line and headers together, in bytes; over it: 431"))
+    max_create_body_bytes: int = setting(100_000_000, "OPENRELAY_MAX_CREATE_BYTES", least=1, flag=Flag(
+        "Body of POST /v1/batches (inline records) and POST /v1/messages/batches, in bytes; over it: 413",
+        name="max_create_bytes"))
+    max_json_body_bytes: int = setting(1_000_000, "OPENRELAY_MAX_JSON_BYTES", least=1, flag=Flag(
+        "Body of every other JSON route, in bytes; over it: 413", name="max_json_bytes"))
+    max_upload_bytes: int = setting(200_000_000, "OPENRELAY_MAX_UPLOAD_BYTES", least=1, flag=Flag(
+        "File of POST /v1/files, in bytes; over it: 413 file_too_large"))
+    header_timeout_seconds: float = setting(10.0, "OPENRELAY_HEADER_TIMEOUT_SECONDS", least=0.001, flag=Flag(
+        "Seconds from a request's first byte to the end of its headers; over it: 408", name="header_timeout"))
+    body_idle_timeout_seconds: float = setting(30.0, "OPENRELAY_BODY_TIMEOUT_SECONDS", least=0.001, flag=Flag(
+        "Seconds a body being read may send nothing; over it: 408", name="body_timeout"))
+    access_log: bool = setting(True, "OPENRELAY_ACCESS_LOG", flag=Flag(
+        "A log line per request: method, path, status, time, organization; never a key, a query or a body"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class BatchLimits:
     """What one batch may hold, and how long it has."""
-    window_seconds: int = setting(86_400)  # the "24h" completion window (`--window-seconds`; tests shorten it)
+    window_seconds: int = setting(86_400, flag=Flag("Seconds in the 24h completion window (tests shorten it)."))
     max_records: int = setting(50_000, "OPENRELAY_MAX_RECORDS")
     max_line_bytes: int = setting(64 * 1024 * 1024, "OPENRELAY_MAX_LINE_BYTES")  # a longer line: input unreadable
 
@@ -103,7 +101,7 @@ class IdempotencySettings:
 class ReadCaches:
     """What the API may reuse instead of asking the store again."""
     key_cache_seconds: float = setting(1.0, "OPENRELAY_KEY_CACHE_SECONDS")  # a key checked this long ago (max 2)
-    poll_cache_seconds: float = setting(0.25, "OPENRELAY_POLL_CACHE_SECONDS")  # a poll's answer, reused (0: never)
+    poll_cache_seconds: float = setting(0.25, "OPENRELAY_POLL_CACHE_SECONDS", least=0)  # a poll's answer kept; 0: never
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,8 +116,9 @@ class WorkerSettings:
     run_retry_base_seconds: float = setting(2.0, "OPENRELAY_RUN_RETRY_BASE_SECONDS")  # doubles each time, capped
     run_retry_max_seconds: float = setting(300.0, "OPENRELAY_RUN_RETRY_MAX_SECONDS")
     drain_seconds: float = setting(30.0, "OPENRELAY_DRAIN_SECONDS")  # a stopping worker waits for calls in flight
-    # Batches one worker process runs at once (None: as many as the slots allow); `--max-batches` overrides it.
-    max_batches: int | None = setting(None, "OPENRELAY_WORKER_MAX_BATCHES", parse=_count_or_none)
+    max_batches: int | None = setting(None, "OPENRELAY_WORKER_MAX_BATCHES", parse=_count_or_none, least=1,
+        flag=Flag("Batches this process's worker runs at once, so that a fleet of workers shares the catalog's slots",
+                  unset="as many as the slots allow"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,9 +141,9 @@ class WebhookSettings:
     retry_max_seconds: float = setting(3600.0, "OPENRELAY_WEBHOOK_RETRY_MAX_SECONDS")
     give_up_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_GIVE_UP_SECONDS")
     timeout_seconds: float = setting(10.0, "OPENRELAY_WEBHOOK_TIMEOUT_SECONDS")
-    concurrency: int = setting(128, "OPENRELAY_WEBHOOK_CONCURRENCY", parse=_positive)  # attempts a loop has in flight
+    concurrency: int = setting(128, "OPENRELAY_WEBHOOK_CONCURRENCY", least=1)  # attempts a loop has in flight
     # Attempts in flight to one endpoint, across every loop; one while it is failing.
-    endpoint_concurrency: int = setting(4, "OPENRELAY_WEBHOOK_ENDPOINT_CONCURRENCY", parse=_positive)
+    endpoint_concurrency: int = setting(4, "OPENRELAY_WEBHOOK_ENDPOINT_CONCURRENCY", least=1)
     poll_seconds: float = setting(1.0, "OPENRELAY_WEBHOOK_POLL_SECONDS")  # a worker's loop looks for due deliveries
     # After `orl admin webhook rotate`, the replaced secret signs beside the new one this long.
     rotation_overlap_seconds: float = setting(86_400.0, "OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS")
@@ -155,31 +154,60 @@ class WebhookSettings:
 class RetentionSettings:
     """What is kept and for how long (docs/deploy.md, "Retention"): the floor of a file's expiry, the ended batches
     kept, and the workers' sweeper that deletes what is past them (worker/sweeper.py)."""
-    min_expiry_seconds: int = setting(3600, "OPENRELAY_MIN_EXPIRY_SECONDS")  # expires_after's floor (OpenAI's: 1 h)
-    # Batches ended this many days ago lose their files and rows (None: kept forever); `--retention-days`.
-    retention_days: float | None = setting(None, "OPENRELAY_RETENTION_DAYS", parse=_days)
-    bookkeeping_days: float = setting(7.0, "OPENRELAY_BOOKKEEPING_DAYS", parse=_days)  # chunk rows, removed endpoints
+    min_expiry_seconds: int = setting(3600, "OPENRELAY_MIN_EXPIRY_SECONDS", least=1, flag=Flag(  # OpenAI's: 1 h
+        "The least expires_after / output_expires_after seconds taken"))
+    retention_days: float | None = setting(None, "OPENRELAY_RETENTION_DAYS", parse=float, least=0, flag=Flag(
+        "Batches that ended more than this many days ago lose their files (bytes included) and rows; fractions "
+        "allowed", unset="kept forever"))
+    bookkeeping_days: float = setting(7.0, "OPENRELAY_BOOKKEEPING_DAYS", least=0)  # chunk rows, removed endpoints
     sweep_seconds: float = setting(60.0, "OPENRELAY_SWEEP_SECONDS")  # a sweeper pass across the fleet this often
     sweep_limit: int = setting(500, "OPENRELAY_SWEEP_LIMIT")  # files, batches, rows of a kind one pass deletes
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatabasePool:
+    """Connections one process keeps to the store (SQLAlchemy's pool): this many, and this many more at a peak."""
+    size: int = setting(8, "OPENRELAY_DB_POOL_SIZE", least=1)
+    overflow: int = setting(8, "OPENRELAY_DB_MAX_OVERFLOW")
+    connect_seconds: int = setting(2, "OPENRELAY_DB_CONNECT_SECONDS", least=1)  # PostgreSQL away past it: 503
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientSettings:
+    """The users' `orl` commands (cli/http.py): which API they talk to, with which key."""
+    base_url: str = setting("http://127.0.0.1:8080/v1", "OPENRELAY_BASE_URL")
+    api_key: str | None = setting(None, "OPENRELAY_API_KEY", repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientSettings:
+        return cls(**_read(cls, os.environ if environ is None else environ, {}))
 
 
 # Each group by its attribute on Settings.
 GROUPS: dict[str, type] = {"http": HttpLimits, "batches": BatchLimits, "idempotency": IdempotencySettings,
                            "reads": ReadCaches, "worker": WorkerSettings, "engines": EngineRetries,
-                           "webhooks": WebhookSettings, "retention": RetentionSettings}
+                           "webhooks": WebhookSettings, "retention": RetentionSettings, "database": DatabasePool}
 
 
-def _from_env(group: type, environ: Mapping[str, str], **given: Any) -> Any:
+def _read(group: type, environ: Mapping[str, str], flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of ``group`` that a flag or a variable gives, by field; a flag given wins."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(group):
-        raw = environ.get(f.metadata["env"]) if f.metadata else None
-        if raw:  # unset or empty: the default
-            parse = f.metadata["parse"]
+        if not f.metadata:
+            continue  # a place or a group of Settings, not a setting
+        env, parse, least, flag = (f.metadata[key] for key in ("env", "parse", "least", "flag"))
+        given = flags.get(flag.name or f.name) if flag else None
+        raw = environ.get(env) if env else None
+        if given not in (None, ""):
+            values[f.name] = given
+        elif raw:  # unset or empty: the default
             try:
                 values[f.name] = parse(raw)
             except ValueError:
-                raise ConfigError(f"{f.metadata['env']}={raw!r} is not {_WANTED.get(parse, 'valid')}") from None
-    return group(**values, **given)
+                raise ConfigError(f"{env}={raw!r} is not {_WANTED.get(parse, 'valid')}") from None
+            if least is not None and values[f.name] is not None and not values[f.name] >= least:
+                raise ConfigError(f"{env}={raw!r} is less than {least:g}")
+    return values
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,10 +215,11 @@ class Settings:
     data_dir: Path
     database_url: str
     catalog_path: Path | None = None
-    # s3://BUCKET/PREFIX, or a directory; None: data_dir/blobs (runtime.open_blob_store). The CLI reads its
-    # variable (typer's envvar, shown in --help), as it does the metrics token's.
-    blob_url: str | None = setting(None, "OPENRELAY_BLOB_URL")
-    metrics_token: str | None = setting(None, "OPENRELAY_METRICS_TOKEN", repr=False)  # GET /metrics needs it; unlogged
+    blob_url: str | None = setting(None, "OPENRELAY_BLOB_URL", flag=Flag(
+        "s3://BUCKET/PREFIX (endpoint, region and credentials from AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY) or a directory", unset="the data dir's blobs/"))  # runtime.open_blob_store
+    metrics_token: str | None = setting(None, "OPENRELAY_METRICS_TOKEN", repr=False, flag=Flag(  # never logged
+        "GET /metrics then needs 'Authorization: Bearer TOKEN'", unset="open"))
     http: HttpLimits = field(default_factory=HttpLimits)
     batches: BatchLimits = field(default_factory=BatchLimits)
     idempotency: IdempotencySettings = field(default_factory=IdempotencySettings)
@@ -199,26 +228,27 @@ class Settings:
     engines: EngineRetries = field(default_factory=EngineRetries)
     webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    database: DatabasePool = field(default_factory=DatabasePool)
 
     @classmethod
     def build(cls, *, data_dir: Path, database_url: str | None, catalog_path: Path | None = None,
-              window_seconds: int | None = None, metrics_token: str | None = None, blob_url: str | None = None,
-              environ: Mapping[str, str] | None = None) -> Settings:
-        """Settings from the CLI's values and every group's environment variables; a variable that does not
-        parse is a ``ConfigError`` naming it."""
+              environ: Mapping[str, str] | None = None, **flags: Any) -> Settings:
+        """Settings from the places and flags a command was given (a flag by its name in ``FLAGS``; None: not
+        given) and every variable of the environment."""
+        if unknown := set(flags) - set(FLAGS):
+            raise TypeError(f"no such flag: {', '.join(sorted(unknown))}")
         environ = os.environ if environ is None else environ
         data_dir = data_dir.expanduser().resolve()
-        flags = {"batches": {} if window_seconds is None else {"window_seconds": window_seconds}}
-        groups = {name: _from_env(group, environ, **flags.get(name, {})) for name, group in GROUPS.items()}
-        return cls(
-            data_dir=data_dir,
-            database_url=database_url or default_database_url(data_dir),
-            catalog_path=catalog_path,
-            blob_url=blob_url or None,  # an empty URL (an empty env variable) is the default directory
-            metrics_token=metrics_token or None,  # an empty token (an empty env variable) is none
-            **groups,
-        )
+        groups = {name: group(**_read(group, environ, flags)) for name, group in GROUPS.items()}
+        return cls(data_dir=data_dir, database_url=database_url or default_database_url(data_dir),
+                   catalog_path=catalog_path, **_read(cls, environ, flags), **groups)
 
     @property
     def blob_dir(self) -> Path:
         return self.data_dir / "blobs"
+
+
+# Each flag by its name: the class that holds its setting, and the setting's field.
+FLAGS: dict[str, tuple[type, dataclasses.Field[Any]]] = {
+    (f.metadata["flag"].name or f.name): (group, f) for group in (Settings, *GROUPS.values())
+    for f in dataclasses.fields(group) if f.metadata.get("flag")}

@@ -1,15 +1,14 @@
-"""Identifiers and clocks. Ids are random hex so they reveal nothing and never collide across workers."""
+"""Identifiers. Ids are random hex so they reveal nothing and never collide across workers."""
 
 from __future__ import annotations
 
 import re
 import secrets
-import time
 from dataclasses import dataclass
 
 __all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "new_webhook_endpoint_id",
-           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "new_request_id", "now", "now_ns",
-           "RESULT_KINDS", "ResultFileId", "result_file_id", "output_file_id", "error_file_id", "parse_result_file_id"]
+           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "new_request_id", "RESULT_KINDS",
+           "ResultFileId", "result_file_id", "output_file_id", "error_file_id", "parse_result_file_id"]
 
 
 def new_batch_id() -> str:
@@ -81,11 +80,3 @@ def parse_result_file_id(file_id: str) -> ResultFileId | None:
     """The batch and kind a result file id names, else None."""
     found = _RESULT_FILE_ID.fullmatch(file_id)
     return ResultFileId(batch_id=found[1], kind=found[2]) if found else None
-
-
-def now() -> int:
-    return int(time.time())
-
-
-def now_ns() -> int:
-    return time.time_ns()

@@ -104,7 +104,7 @@ def open_runtime(settings: Settings) -> Runtime:
     check_engines(catalog)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     blobs = open_blob_store(settings)
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, settings.database)
     db.migrate()
     return Runtime(
         settings=settings,

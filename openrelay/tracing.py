@@ -54,7 +54,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> contextlib.A
 
 
 def span_since(name: str, start_ns: int, attributes: Mapping[str, Any]) -> None:
-    """A span of something that began at ``start_ns`` (``time.time_ns()``) and ends now: for work only worth a
+    """A span of something that began at ``start_ns`` (``clock.now_ns()``) and ends now: for work only worth a
     span once its outcome is known (a claim that found a batch)."""
     if _tracer is not None:
         _tracer.start_span(name, start_time=start_ns, attributes=attributes).end()

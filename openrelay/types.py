@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import time
 from dataclasses import dataclass
 from typing import Any
+
+from .clock import seconds
 
 __all__ = [
     "BatchStatus",
@@ -233,7 +234,7 @@ class Batch:
         """Whether the completion window has passed, by the database's clock (the one every worker's claims
         judge it by), read through the skew measured at the claim: no round trip, and a machine whose clock
         runs fast or slow ends the batch when the claims would."""
-        return time.time() + self.clock_skew >= self.expires_at
+        return seconds() + self.clock_skew >= self.expires_at
 
     def claimed_at(self, db_clock: float, local_clock: float, *, from_queue: bool = False) -> Batch:
         """This batch as claimed when the database's clock read ``db_clock``, read just after this machine's

@@ -12,11 +12,28 @@ import typer.main
 from typer.testing import CliRunner
 
 from openrelay.cli.main import app
-from openrelay.config import GROUPS, BatchLimits, HttpLimits, RetentionSettings, Settings, WorkerSettings, env_var
+from openrelay.config import (
+    FLAGS,
+    GROUPS,
+    BatchLimits,
+    ClientSettings,
+    DatabasePool,
+    HttpLimits,
+    RetentionSettings,
+    Settings,
+    WorkerSettings,
+)
 from openrelay.errors import ConfigError
+from openrelay.store.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]
-READ_BY_BUILD = [(name, group, f) for name, group in GROUPS.items() for f in dataclasses.fields(group) if f.metadata]
+def env_var(group: type, name: str) -> str:
+    """The environment variable of one setting: ``env_var(HttpLimits, "max_header_bytes")``."""
+    return {f.name: f for f in dataclasses.fields(group)}[name].metadata["env"]
+
+
+READ_BY_BUILD = [(name, group, f) for name, group in GROUPS.items() for f in dataclasses.fields(group)
+                 if f.metadata.get("env")]
 
 
 def _other_value(default: Any) -> tuple[str, Any]:
@@ -55,23 +72,28 @@ def test_special_values_mean_what_they_meant() -> None:
 
 def test_every_variable_has_its_own_name_and_the_deploy_page_shows_its_default() -> None:
     names = [f.metadata["env"] for *_, f in READ_BY_BUILD] + [env_var(Settings, "blob_url"),
-                                                              env_var(Settings, "metrics_token")]
-    assert len(names) == len(set(names)) == 45  # 43 read by Settings.build, 2 by the CLI
+                                                              env_var(Settings, "metrics_token"),
+                                                              *(f.metadata["env"] for f in dataclasses.fields(
+                                                                  ClientSettings))]
+    assert len(names) == len(set(names)) == 50  # 46 in groups, 2 of Settings' own, 2 of the users' commands
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     assert not [name for name in names if f"`{name}`" not in deploy]
     shown = dict(re.findall(r"`(OPENRELAY_[A-Z_]+)` \(([\d.]+)\)", deploy))
     for *_, f in READ_BY_BUILD:
         if f.metadata["env"] in shown:
             assert float(shown[f.metadata["env"]]) == f.default, f.metadata["env"]
-    assert len(shown) == 35  # every variable but the flags' and the token, whose defaults the flags' table shows
+    assert len(shown) == 38  # every variable but the flags' and the token, whose defaults the flags' table shows
 
 
-def test_only_config_and_the_cli_read_variables() -> None:
-    """A setting's variable is read in config.py; the CLI reads the two it declares (blob URL, metrics token)
-    through config.env_var, and the users' commands their own two (cli/http.py)."""
-    reading = re.compile(r"""(environ(\.get)?\(|environ\[|getenv\(|envvar=)\s*["']OPENRELAY_""")
+def test_only_config_reads_variables() -> None:
+    """Every variable is read in config.py (the users' commands' two as well, ``ClientSettings``); no typer option
+    reads one of its own (``envvar=``): a flag is mapped onto its setting, which reads the variable."""
+    reading = re.compile(r"""(environ(\.get)?\(|environ\[|getenv\(|envvar=)\s*["']OPENRELAY_|envvar=""")
     found = [str(p.relative_to(ROOT)) for p in (ROOT / "openrelay").rglob("*.py") if reading.search(p.read_text())]
-    assert found == ["openrelay/cli/http.py"]
+    assert found == []
+    told = ClientSettings.from_env({"OPENRELAY_BASE_URL": "http://h/v1", "OPENRELAY_API_KEY": ""})
+    assert (told.base_url, told.api_key) == ("http://h/v1", None)
+    assert ClientSettings.from_env({}).base_url == "http://127.0.0.1:8080/v1"
 
 
 def _options(command: str) -> dict[str, Any]:
@@ -101,11 +123,11 @@ def test_the_cli_defaults_are_configs() -> None:
         options = _options(command)
         assert options["window_seconds"].default == BatchLimits.window_seconds == 86_400
         assert env_var(WorkerSettings, "max_batches") in (options["max_batches"].help or "")
-        assert options["blob_url"].envvar == env_var(Settings, "blob_url") == "OPENRELAY_BLOB_URL"
+        assert "env OPENRELAY_BLOB_URL" in (options["blob_url"].help or "") and options["blob_url"].default is None
         assert options["retention_days"].default is None  # unset: the environment, else kept forever
         assert env_var(RetentionSettings, "retention_days") in (options["retention_days"].help or "")
     assert f"default {RetentionSettings.min_expiry_seconds}" in (_options("serve")["min_expiry_seconds"].help or "")
-    assert _options("serve")["metrics_token"].envvar == env_var(Settings, "metrics_token")
+    assert f"env {env_var(Settings, 'metrics_token')}" in (_options("serve")["metrics_token"].help or "")
     assert HttpLimits.max_header_bytes == 65_536 and HttpLimits.max_upload_bytes == 200_000_000
     rendered = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
     assert rendered.exit_code == 0
@@ -117,15 +139,68 @@ def test_the_cli_defaults_are_configs() -> None:
                                                      ("OPENRELAY_MAX_RECORDS", "1.5", "a whole number"),
                                                      ("OPENRELAY_ACCESS_LOG", "yes", "a whole number (0: off)"),
                                                      ("OPENRELAY_WORKER_MAX_BATCHES", "all",
-                                                      "a whole number (0: no limit)"),
-                                                     ("OPENRELAY_RETENTION_DAYS", "-1",
-                                                      "a number of days (0 or more)")])
+                                                      "a whole number (0: no limit)")])
 def test_a_variable_that_does_not_parse_stops_the_process_naming_it(name: str, raw: str, wanted: str,
                                                                     tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         _build({name: raw})
     assert refused.value.message == f"{name}={raw!r} is not {wanted}"
-    for command in (["worker"], ["serve", "--no-worker"]):
-        result = CliRunner().invoke(app, [*command, "--data-dir", str(tmp_path)], env={name: raw})
+    for command in (["worker"], ["serve", "--no-worker"], ["admin", "workers"]):
+        result = CliRunner().invoke(app, [*command[:1], "--data-dir", str(tmp_path), *command[1:]], env={name: raw})
         assert result.exit_code == 2, result.output
         assert f"orl: {name}={raw!r} is not {wanted}" in result.output
+
+
+def test_a_flag_wins_over_its_variable_which_wins_over_the_default() -> None:
+    environ = {"OPENRELAY_MAX_HEADER_BYTES": "100", "OPENRELAY_BLOB_URL": "/from/env"}
+    told = Settings.build(data_dir=Path("data"), database_url=None, environ=environ)
+    assert (told.http.max_header_bytes, told.blob_url) == (100, "/from/env")
+    flagged = Settings.build(data_dir=Path("data"), database_url=None, environ=environ, max_header_bytes=200,
+                             blob_url="/from/flag", max_create_bytes=None)  # None: the flag was left out
+    assert (flagged.http.max_header_bytes, flagged.blob_url) == (200, "/from/flag")
+    assert flagged.http.max_create_body_bytes == HttpLimits.max_create_body_bytes
+    with pytest.raises(TypeError):
+        Settings.build(data_dir=Path("data"), database_url=None, tick_seconds=1.0)  # a setting with no flag
+
+
+def test_every_flag_is_made_from_its_setting() -> None:
+    serve = _options("serve")
+    assert set(FLAGS) <= set(serve)
+    for name, (_group, f) in FLAGS.items():
+        flag, env = f.metadata["flag"], f.metadata["env"]
+        option = serve[name]
+        assert (option.help or "").startswith(flag.help)
+        assert option.min == f.metadata["least"]
+        assert option.default == (f.default if env is None else None)
+        if env is not None:
+            assert f", env {env}" in (option.help or "")
+        worker = _options("worker")
+        if name in worker:
+            assert worker[name].help == option.help
+
+
+@pytest.mark.parametrize(("name", "raw", "least"), [("OPENRELAY_MAX_HEADER_BYTES", "0", "1"),
+                                                    ("OPENRELAY_HEADER_TIMEOUT_SECONDS", "0", "0.001"),
+                                                    ("OPENRELAY_WORKER_MAX_BATCHES", "-2", "1"),
+                                                    ("OPENRELAY_RETENTION_DAYS", "-1", "0"),
+                                                    ("OPENRELAY_RETENTION_DAYS", "nan", "0"),
+                                                    ("OPENRELAY_WEBHOOK_CONCURRENCY", "0", "1")])
+def test_a_variable_below_its_least_stops_the_process(name: str, raw: str, least: str,
+                                                                tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        _build({name: raw})
+    assert refused.value.message == f"{name}={raw!r} is less than {least}"
+    result = CliRunner().invoke(app, ["worker", "--data-dir", str(tmp_path)], env={name: raw})
+    assert result.exit_code == 2 and f"orl: {name}={raw!r} is less than {least}" in result.output
+
+
+def test_the_pool_setting_sizes_the_stores_pool(tmp_path: Path) -> None:
+    assert _build({"OPENRELAY_DB_POOL_SIZE": "3", "OPENRELAY_DB_MAX_OVERFLOW": "1"}).database == DatabasePool(
+        size=3, overflow=1)
+    db = Database(f"sqlite:///{tmp_path / 'pool.db'}", DatabasePool(size=3, overflow=1))
+    try:
+        assert (db.engine.pool.size(), db.engine.pool._max_overflow) == (3, 1)  # type: ignore[attr-defined]
+    finally:
+        db.dispose()
+    with pytest.raises(ConfigError):
+        _build({"OPENRELAY_DB_POOL_SIZE": "0"})

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from openrelay.ids import new_batch_id, now, now_ns
+from openrelay.clock import now, now_ns
+from openrelay.ids import new_batch_id
 from openrelay.store.accounts import Accounts
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database

@@ -12,8 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from openrelay.backoff import Backoff
+from openrelay.clock import now, now_ns
 from openrelay.errors import Conflict, NotFound, StoreError
-from openrelay.ids import new_batch_id, now, now_ns
+from openrelay.ids import new_batch_id
 from openrelay.store.accounts import Accounts
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database

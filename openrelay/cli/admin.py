@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from ..config import DEFAULT_DATA_DIR, Settings, default_database_url, env_var
+from ..config import DEFAULT_DATA_DIR, Settings
 from ..errors import OpenRelayError
 from ..types import ALL_SCOPES, ApiKey
+from .flags import refusing_bad_settings, settings_flags
 from .http import exit_code
 
 if TYPE_CHECKING:
     from ..store.accounts import Accounts
 
-__all__ = ["app", "store_places"]
+__all__ = ["app", "admin_settings"]
 
 app = typer.Typer(help="Operate on the store directly: organizations, API keys, webhooks; the live workers.",
                   no_args_is_help=True)
@@ -35,32 +36,28 @@ _HARD_HELP = ("Hard budget: a create reserves the batch's maximum cost (the dry 
 
 
 @app.callback()
+@settings_flags("blob_url")
 def _store(
     data_dir: Annotated[Path, typer.Option(help="Data directory of `orl serve` (its SQLite store).")] =
         DEFAULT_DATA_DIR,
     database_url: Annotated[str | None, typer.Option(help="Store URL instead of the data dir's SQLite.")] = None,
-    blob_url: Annotated[str | None, typer.Option(envvar=env_var(Settings, "blob_url"), show_envvar=True,
-                                                 help="The blob store of `orl serve` (checked; only `prune` "
-                                                      "touches it, deleting).")] = None,
+    **flags: Any,
 ) -> None:
-    if blob_url:
-        from ..errors import ConfigError
-        from ..runtime import check_blob_url
-
-        try:
-            check_blob_url(blob_url)
-        except ConfigError as exc:
-            typer.echo(f"orl: {exc.message}", err=True)
-            raise typer.Exit(2) from None
-    _state["url"] = database_url or default_database_url(data_dir)
-    _state["data_dir"], _state["blob_url"] = data_dir, blob_url
+    _state["places"] = {"data_dir": data_dir, "database_url": database_url, **flags}
+    _state["url"] = admin_settings().database_url  # every setting checked as `orl admin` starts
     if database_url is None:
         data_dir.mkdir(parents=True, exist_ok=True)
 
 
-def store_places() -> tuple[str, Path, str | None]:
-    """The store URL, data dir and blob URL this `orl admin` was given (for `orl admin prune`, cli/prune.py)."""
-    return _state["url"], _state["data_dir"], _state["blob_url"]
+def admin_settings(**flags: Any) -> Settings:
+    """This `orl admin`'s settings, with its subcommand's ``flags``; one it cannot use exits 2 (a bad blob URL)."""
+    with refusing_bad_settings():
+        settings = Settings.build(**_state["places"], **flags)
+        if settings.blob_url:
+            from ..runtime import check_blob_url  # here: the store stack would slow every other command's start
+
+            check_blob_url(settings.blob_url)
+    return settings
 
 
 def _accounts() -> Accounts:

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..config import Settings
 from ..errors import OpenRelayError
-from .admin import _accounts, _fail, _print, _state
+from .admin import _accounts, _fail, _print, _state, admin_settings
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -111,8 +110,7 @@ def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
     from ..service.webhooks import send_test_event
 
     try:
-        settings = Settings.build(data_dir=Path("."), database_url=_state["url"])
-        attempt = send_test_event(_endpoints(), _outbox(), _log(), _catalog(catalog), settings, endpoint_id)
+        attempt = send_test_event(_endpoints(), _outbox(), _log(), _catalog(catalog), admin_settings(), endpoint_id)
     except OpenRelayError as exc:
         _fail(exc)
     _print(attempt.as_json())
@@ -127,8 +125,7 @@ def webhook_rotate(endpoint_id: str) -> None:
     from ..service.webhooks import rotate_secret
 
     try:
-        settings = Settings.build(data_dir=Path("."), database_url=_state["url"])
-        rotated = rotate_secret(_endpoints(), settings, endpoint_id)
+        rotated = rotate_secret(_endpoints(), admin_settings(), endpoint_id)
     except OpenRelayError as exc:
         _fail(exc)
     typer.echo(f"webhook endpoint {endpoint_id}: new secret; the old one also signs until "

@@ -7,7 +7,6 @@ to do next where the CLI can tell) and the exit code of docs/api-contract.md §9
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,11 +16,10 @@ import httpx
 import orjson
 import typer
 
-from ..config import DEFAULT_DATA_DIR
+from ..config import DEFAULT_DATA_DIR, ClientSettings
 from ..errors import error_envelope
 
 __all__ = [
-    "DEFAULT_BASE_URL",
     "ApiClient",
     "ApiError",
     "BadResponse",
@@ -31,8 +29,6 @@ __all__ = [
     "run",
     "say",
 ]
-
-DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
 
 # Creates validate up to 50,000 records and uploads/downloads can be large, so reads and writes get minutes;
 # a server that is not there should still fail fast.
@@ -116,8 +112,9 @@ class ApiClient:
     """A thin httpx.Client over the OpenRelay `/v1` API; paths are relative to the base URL (``batches``)."""
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
-        self.base_url = (base_url or os.environ.get("OPENRELAY_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        key = api_key if api_key is not None else os.environ.get("OPENRELAY_API_KEY")
+        told = ClientSettings.from_env()
+        self.base_url = (base_url or told.base_url).rstrip("/")
+        key = api_key if api_key is not None else told.api_key
         self.has_key = bool(key)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         # A trailing slash makes httpx append relative paths under /v1 instead of replacing its last segment.

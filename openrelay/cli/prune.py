@@ -3,24 +3,21 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
 
-from ..config import RetentionSettings, Settings, env_var
-from .admin import store_places
+from .admin import admin_settings
+from .flags import settings_flags
 
 __all__ = ["prune"]
 
 
+@settings_flags("retention_days")
 def prune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be removed; remove nothing.")] = False,
-    retention_days: Annotated[float | None, typer.Option(min=0, help="Batches that ended more than this many days "
-                                                         "ago go too (default: env "
-                                                         f"{env_var(RetentionSettings, 'retention_days')}, else "
-                                                         "none).")] = None,
+    **flags: Any,
 ) -> None:
     """Delete expired files, batches past the retention with their bytes, old bookkeeping and webhook logs."""
     from ..errors import OpenRelayError
@@ -30,14 +27,11 @@ def prune(
     from ..store.webhook_log import WebhookLog
     from ..worker.sweeper import prune as prune_now
 
-    url, data_dir, blob_url = store_places()
+    settings = admin_settings(**flags)
+    retention = settings.retention
     try:
-        settings = Settings.build(data_dir=data_dir, database_url=url, blob_url=blob_url)
-        retention = settings.retention
-        if retention_days is not None:
-            retention = dataclasses.replace(retention, retention_days=retention_days)
         blobs = open_blob_store(settings)
-        db = Database(url)
+        db = Database(settings.database_url, settings.database)
         db.migrate()
         try:
             swept = prune_now(Retention(db), blobs, retention, dry_run=dry_run)

@@ -10,10 +10,10 @@ engine's own threads, one per context (``EngineThreads``).
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import Any
 
+from ..clock import now
 from ..errors import error_envelope
 from .base import EngineReply, EngineUnavailable
 from .packaged import packaged_file as resolve_gguf  # ``package:file.gguf``: a model shipped inside a package
@@ -111,7 +111,7 @@ class LlamaCppEngine:
         except Exception as exc:  # noqa: BLE001 - llama.cpp's chat template and sampler raise many kinds
             return EngineReply(400, error_envelope(f"{exc.__class__.__name__}: {exc}"[:2000]))
         result["id"] = f"{id_prefix}-{uuid.uuid4().hex[:24]}"
-        result["created"] = int(time.time())
+        result["created"] = now()
         return EngineReply(200, result)
 
     async def healthy(self) -> bool:

@@ -12,10 +12,10 @@ import base64
 import binascii
 import io
 import re
-import time
 import uuid
 from typing import Any
 
+from ..clock import now
 from ..errors import error_envelope
 from .base import EngineReply
 from .threads import EngineThreads
@@ -83,7 +83,7 @@ class RapidOcrEngine:
             answer, finish = answer[:4 * limit], "length"
         prompt, completion = IMAGE_TOKENS * len(images) + text_tokens(prompt_text), text_tokens(answer)
         return EngineReply(200, {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": now(),
             "model": self.model_name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "logprobs": None,
                          "finish_reason": finish}],

@@ -12,10 +12,11 @@ unknown parameter.
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from ..clock import now
 
 __all__ = ["ChatRequest", "chat_request", "response_object"]
 
@@ -155,7 +156,7 @@ def response_object(completion: dict[str, Any], request: ChatRequest, *, model_n
     return {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",
-        "created_at": int(time.time()),
+        "created_at": now(),
         "status": "incomplete" if cut else "completed",
         "background": False,
         "error": None,

@@ -16,9 +16,10 @@ from .. import tracing
 from ..blobs.base import BlobStore
 from ..blobs.keys import dispatch_order_key, file_key, refused_create_key, rejections_key
 from ..catalog import Catalog
+from ..clock import now, now_ns
 from ..errors import BudgetExceeded, Conflict, InvalidRequest, NoValidRecords, StoreError
 from ..failure_threshold import FailureThreshold, parse_failure_threshold
-from ..ids import new_batch_id, new_file_id, now, now_ns
+from ..ids import new_batch_id, new_file_id
 from ..prefix import PROMPT_FIELDS
 from ..runtime import Runtime
 from ..store.budgets import over_budget

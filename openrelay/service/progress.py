@@ -15,10 +15,10 @@ per model on a list page.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..clock import seconds
 from ..store.batches import Batches
 from ..store.db import Database
 from ..store.queue import LiveState, live_of_model
@@ -60,7 +60,7 @@ def numbers(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
     live: dict[str, LiveState] = {}
     for model in sorted({b.model for b in found if b.status is BatchStatus.IN_PROGRESS and not b.started}):
         live.update(live_of_model(db, model))
-    now = time.time()
+    now = seconds()
     result = {}
     for batch in found:
         state = None
@@ -94,7 +94,7 @@ def page_answer(batches: Batches, key: ApiKey, **query: Any) -> dict[str, Any]:
     live: dict[str, LiveState] = {}
     for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):
         live.update(live_of_model(batches.db, model))
-    now = time.time()
+    now = seconds()
     for row in rows:
         counts = row["request_counts"]
         row["openrelay"] = progress_numbers(status=row["status"], in_progress_at=row["in_progress_at"],

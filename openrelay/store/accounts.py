@@ -8,8 +8,9 @@ import hmac
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
+from ..clock import now
 from ..errors import Conflict, NotFound
-from ..ids import new_api_key, new_key_id, new_org_id, now
+from ..ids import new_api_key, new_key_id, new_org_id
 from ..types import ALL_SCOPES, ApiKey, Organization
 from .db import Database
 from .schema import api_keys, organizations

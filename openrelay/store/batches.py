@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from ..clock import now
 from ..errors import Conflict, no_such
-from ..ids import now
 from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
 from .batch_rows import batch_from_row, batch_values
 from .budgets import reserve

@@ -22,16 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from ..clock import now
+from ..config import DatabasePool
 from ..errors import StoreError, StoreUnavailable, no_such
-from ..ids import now
 from .batch_text import create_text_index
 
-__all__ = ["Database", "normalize_url", "in_order_after", "holds_nul", "MIGRATIONS", "BASELINE", "HOOKS",
-           "CONNECT_SECONDS"]
+__all__ = ["Database", "normalize_url", "in_order_after", "holds_nul", "MIGRATIONS", "BASELINE", "HOOKS"]
 
 T = TypeVar("T")
 _WRITE = "openrelay_write"
-CONNECT_SECONDS = 2  # a PostgreSQL server that does not answer a connection within this long is away (503)
 
 
 def normalize_url(url: str) -> str:
@@ -77,7 +76,7 @@ HOOKS: dict[int, Callable[[Connection], None]] = {
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool: DatabasePool = DatabasePool()) -> None:  # noqa: B008 (frozen)
         self.url = normalize_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         # SQLite's one writer, as this process's threads take turns at it (another process still waits in the busy
@@ -86,17 +85,17 @@ class Database:
             threading.RLock() if self.is_sqlite else contextlib.nullcontext())
         if self.is_sqlite:
             self.engine: Engine = sa.create_engine(
-                self.url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=8,
-                max_overflow=8, isolation_level=None,
+                self.url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=pool.size,
+                max_overflow=pool.overflow, isolation_level=None,
             )
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
             # A pooled connection the server dropped (a restart) is found by the pre-ping and replaced; a server
-            # that is away answers StoreUnavailable within CONNECT_SECONDS, never hangs.
-            self.engine = sa.create_engine(self.url, pool_size=8, max_overflow=8, pool_pre_ping=True,
-                                           pool_timeout=CONNECT_SECONDS,
-                                           connect_args={"connect_timeout": CONNECT_SECONDS})
+            # that is away answers StoreUnavailable within ``pool.connect_seconds``, never hangs.
+            self.engine = sa.create_engine(self.url, pool_size=pool.size, max_overflow=pool.overflow,
+                                           pool_pre_ping=True, pool_timeout=pool.connect_seconds,
+                                           connect_args={"connect_timeout": pool.connect_seconds})
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..ids import now
+from ..clock import now
 from .db import Database
 from .schema import engine_limits
 

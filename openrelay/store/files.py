@@ -8,8 +8,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from ..blobs.keys import rejections_key
+from ..clock import now, now_ns
 from ..errors import no_such
-from ..ids import now, now_ns
 from ..types import TERMINAL_VALUES, Batch, FileRecord
 from .db import Database, holds_nul, in_order_after
 from .schema import batches, files

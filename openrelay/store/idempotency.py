@@ -5,13 +5,13 @@ left by a dead server is taken over after ``claim_seconds``, fenced by its ``cla
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from ..clock import seconds
 from ..errors import Conflict, UnprocessableEntity
 from ..ids import new_claim_token
 from .db import Database
@@ -49,7 +49,7 @@ class IdempotencyKeys:
         Raises 422 ``idempotency_key_reused`` when the key belongs to another body (stored or still running),
         409 ``idempotency_key_in_use`` while the same body's first create is still running.
         """
-        clock = time.time()
+        clock = seconds()
         token = new_claim_token()
         values = {"org_id": org_id, "idempotency_key": key, "request_sha256": request_sha256,
                   "claim_token": token, "claimed_at": clock, "expires_at": clock + self.keep_seconds,
@@ -95,7 +95,7 @@ class IdempotencyKeys:
 def complete_claim(conn: Connection, claim: Claim, answer: bytes) -> None:
     """Store the 200 in the create's own transaction; 409 (rolling the create back) when the claim was lost."""
     done = conn.execute(idempotency_keys.update().where(*_held(claim)).values(
-        answer=answer.decode(), expires_at=time.time() + claim.keep_seconds))
+        answer=answer.decode(), expires_at=seconds() + claim.keep_seconds))
     if done.rowcount != 1:
         raise Conflict("another create took over this Idempotency-Key while this one ran; retry to get its answer",
                        code="idempotency_key_in_use")

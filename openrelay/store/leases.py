@@ -4,14 +4,13 @@ the retry mark that gives a failed run back to the queue. Every time here is the
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Collection
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from ..clock import now, seconds
 from ..errors import no_such
-from ..ids import now
 from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
@@ -62,7 +61,7 @@ class BatchLeases:
         """
         with self.db.write() as conn:
             _promote_validated(conn)
-            local = time.time()  # read just before the database's clock: the skew to it (``Batch.claimed_at``)
+            local = seconds()  # read just before the database's clock: the skew to it (``Batch.claimed_at``)
             clock = self.db.clock(conn)
             params: dict[str, object] = {"clock": clock, "clock_s": int(clock), "models": list(slots),
                                          "busy": list(busy)}

@@ -9,7 +9,6 @@ cannot add anything.
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +16,8 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..clock import now, seconds
 from ..errors import StoreError
-from ..ids import now
 from ..types import Batch, BatchStatus
 from .budgets import release, settle
 from .db import Database
@@ -100,7 +99,7 @@ class Results:
             window, reserved = (None, 0) if row is None else row  # no row: the fenced update below says LeaseLost
             done = conn.execute(_ADD_CHUNK, {
                 "batch_id": batch_id, "owner": worker_id,
-                "window": add_flush(window, time.time(), chunk.completed + chunk.failed,
+                "window": add_flush(window, seconds(), chunk.completed + chunk.failed,
                                     chunk.input_tokens + chunk.output_tokens),
                 "d_completed": chunk.completed, "d_failed": chunk.failed, "d_input": chunk.input_tokens,
                 "d_cached": chunk.cached_tokens, "d_output": chunk.output_tokens,

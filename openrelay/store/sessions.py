@@ -7,7 +7,7 @@ import secrets
 
 import sqlalchemy as sa
 
-from ..ids import now
+from ..clock import now
 from .db import Database, holds_nul
 from .schema import web_sessions
 

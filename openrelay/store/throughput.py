@@ -5,7 +5,7 @@ Each durable chunk adds its records and tokens to the bucket of the second it wa
 own transaction (``Results.commit_chunk`` calls ``add_flush``); buckets older than ``WINDOW_SECONDS`` are dropped
 as it is rewritten, so it holds at most ``WINDOW_SECONDS + 1`` small buckets however long the batch runs or however
 often it flushes. A poll reads it with the batch's row, which it reads anyway: the rates cost no query. The
-seconds are the machines' clocks (``time.time``) on both sides: a worker's skew against the reading API process
+seconds are the machines' clocks (``clock.seconds``) on both sides: a worker's skew against the reading API process
 moves the window by as much.
 """
 

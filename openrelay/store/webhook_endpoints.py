@@ -10,8 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
+from ..clock import now, now_ns
 from ..errors import NotFound
-from ..ids import new_webhook_endpoint_id, now, now_ns
+from ..ids import new_webhook_endpoint_id
 from .db import Database, holds_nul
 from .schema import organizations, webhook_endpoints
 from .webhook_outbox import EVENT_TYPES, end_pending_deliveries

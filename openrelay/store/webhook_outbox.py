@@ -25,7 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..backoff import Backoff
-from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id, now
+from ..clock import now
+from ..ids import new_claim_token, new_event_id, new_webhook_attempt_id
 from ..types import BatchStatus
 from .db import Database
 from .schema import webhook_attempts, webhook_deliveries, webhook_endpoints, webhook_events

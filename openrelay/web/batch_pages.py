@@ -5,7 +5,6 @@ changed through the API's service functions."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -14,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..clock import seconds
 from ..config import LIVE_POLL_SECONDS
 from ..errors import InvalidRequest, OpenRelayError
 from ..http.writes import OrgWrites
@@ -36,7 +36,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def detail(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
         progress = (await run_in_threadpool(progress_service.numbers, rt.db, [batch]))[batch.id]
-        view = BatchView(batch, time.time(), progress)
+        view = BatchView(batch, seconds(), progress)
         if request.query_params.get("fragment") == "live":
             # The live card, and out of band the parts that change with it: the actions and the downloads.
             return render("_batch_live_fragment.html", signed=signed, b=view, poll=LIVE_POLL_SECONDS, oob=True)
@@ -108,7 +108,7 @@ async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, b
                        problem: str | None = None) -> Response:
     q = request.query_params
     progress = (await run_in_threadpool(progress_service.numbers, rt.db, [batch]))[batch.id]
-    view = BatchView(batch, time.time(), progress)
+    view = BatchView(batch, seconds(), progress)
     browse = {"kind": q.get("kind") or "all", "code": q.get("code") or None, "custom_id": q.get("cid") or None,
               "cursor": q.get("at") or None}
     records = summary = None

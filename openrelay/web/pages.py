@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..clock import seconds
 from ..errors import CsrfRefused, OpenRelayError, Unauthorized
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
@@ -40,7 +40,7 @@ class SignedInSession:
 
 
 def render(name: str, status: int = 200, headers: dict[str, str] | None = None, **context: Any) -> HTMLResponse:
-    context.setdefault("now", time.time())
+    context.setdefault("now", seconds())
     html = templates.get_template(name).render(static_url=static_url, **context)
     return HTMLResponse(html, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})
 

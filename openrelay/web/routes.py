@@ -5,7 +5,6 @@ anything. None is in the OpenAPI document (they answer HTML)."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
+from ..clock import seconds
 from ..config import LIVE_POLL_SECONDS
 from ..errors import CsrfRefused, InvalidRequest, Unauthorized
 from ..http.writes import OrgWrites
@@ -127,7 +127,7 @@ def _list_routes(router: APIRouter, rt: Runtime) -> None:
         page = await run_in_threadpool(dashboard.list_batch_page, rt.db, signed.key, query, limit=PAGE_SIZE,
                                        after=after)
         numbers = await run_in_threadpool(progress_service.numbers, rt.db, page.batches)
-        now = time.time()
+        now = seconds()
         views = [BatchView(b, now, numbers[b.id]) for b in page.batches]
         params = list(request.query_params.multi_items())
         context: dict[str, Any] = dict(

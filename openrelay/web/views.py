@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ..clock import seconds
 from ..money import usd_text
 from ..service.dashboard import shown_status
 from ..types import CANCELLABLE, TERMINAL, Batch, tag_list
@@ -50,7 +50,7 @@ def relative(stamp: int | None, now: float | None = None) -> str:
     """``stamp`` from ``now``: "5m 02s ago", "just now" within five seconds either way, "in 23h 59m" ahead."""
     if stamp is None:
         return "—"
-    ago = int((now or time.time()) - stamp)
+    ago = int((now or seconds()) - stamp)
     if abs(ago) < 5:
         return "just now"
     return f"{duration(ago)} ago" if ago > 0 else f"in {duration(-ago)}"

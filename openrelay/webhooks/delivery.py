@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..backoff import Backoff
 from ..catalog import Catalog
+from ..clock import now
 from ..config import Settings
 from ..egress import BlockedAddress
 from ..metrics import WEBHOOK_ATTEMPTS
@@ -165,7 +166,7 @@ class WebhookDelivery:
         """(outcome, status code, error) of one POST, over by ``deadline`` whatever the endpoint does. Only a 2xx
         delivers; the answer's body is never read."""
         timeout = self.settings.webhooks.timeout_seconds
-        headers = signed_headers(due.signing_secrets, due.event_id, due.payload, int(time.time()))
+        headers = signed_headers(due.signing_secrets, due.event_id, due.payload, now())
         try:
             async with (asyncio.timeout_at(deadline),
                         webhook_client(due.url, self.catalog, timeout) as client,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from .. import tracing
 from ..backoff import Backoff
 from ..catalog import ModelSpec
+from ..clock import now_ns
 from ..engines.factory import build_replicas
 from ..runtime import Runtime
 from ..store.engine_limits import Learnt
@@ -90,7 +91,7 @@ class Worker:
         """Claim until the store has nothing for this worker (a claim also queues the batches validated since the
         last one: ``Batches.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
-            started = time.time_ns()
+            started = now_ns()
             batch = await asyncio.to_thread(self.rt.leases.claim, self.worker_id, self.slots,
                                             self.rt.settings.worker.lease_seconds, frozenset(self._active),
                                             runs=self._may_run_more(), start_models=self._models_within_share())
