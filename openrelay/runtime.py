@@ -22,6 +22,7 @@ from .store.files import Files
 from .store.idempotency import IdempotencyKeys
 from .store.leases import BatchLeases
 from .store.results import Results
+from .store.retention import Retention
 from .store.sessions import Sessions
 from .store.webhook_endpoints import WebhookEndpoints
 from .store.webhook_log import WebhookLog
@@ -41,6 +42,7 @@ class Runtime:
     leases: BatchLeases  # as the workers claim, lease and end them
     idempotency: IdempotencyKeys
     results: Results
+    retention: Retention  # expiry, the operator's retention and bookkeeping (the sweeper's)
     sessions: Sessions
     webhook_endpoints: WebhookEndpoints  # an organization's endpoints
     webhook_outbox: WebhookOutbox  # events and their deliveries, as the delivery loops claim them
@@ -116,6 +118,7 @@ def open_runtime(settings: Settings) -> Runtime:
         idempotency=IdempotencyKeys(db, keep_seconds=settings.idempotency.keep_seconds,
                                     claim_seconds=settings.idempotency.claim_seconds),
         results=Results(db),
+        retention=Retention(db),
         sessions=Sessions(db),
         webhook_endpoints=WebhookEndpoints(db),
         webhook_outbox=WebhookOutbox(db),
