@@ -15,7 +15,7 @@ transaction counts them. On PostgreSQL the tables are ANALYZEd after the fill (a
 left as a real store is, without ANALYZE.
 
 Then, per case, ``--requests`` timings of:
-- ``api``: ``service.batches.list_batches_plan`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
+- ``api``: ``service.batches.list_batches`` (a page of 20, as ``GET /v1/batches``) and its JSON, in-process;
 - ``dash``: ``service.dashboard.list_batch_page`` (a page of 25 and the summary of the filtered set: what the
   Batch page renders), in-process;
 - ``http api`` / ``http dash``: ``GET /v1/batches?...`` and ``GET /?...`` (the whole page rendered) against a real
@@ -48,7 +48,6 @@ from openrelay.runtime import Runtime, open_runtime  # noqa: E402
 from openrelay.service import batches as batch_service  # noqa: E402
 from openrelay.service import dashboard  # noqa: E402
 from openrelay.store.batches import _list_query  # noqa: E402
-from openrelay.store.compiled import run_plan  # noqa: E402
 from openrelay.store.ended_counts import count_ended  # noqa: E402
 from openrelay.store.schema import batches  # noqa: E402
 from openrelay.types import TERMINAL_VALUES, ApiKey, Batch, BatchStatus  # noqa: E402
@@ -252,9 +251,9 @@ def main() -> None:
             figures = {"rows": f"{page.summary.batches}"}
             if api is not None:
                 def api_call(api: dict[str, str] = api) -> bytes:
-                    return orjson.dumps(run_plan(rt.db, batch_service.list_batches_plan(
+                    return orjson.dumps(batch_service.list_batches(
                         rt.batches, key, limit=20, after=None, status=api.get("status"), model=api.get("model"),
-                        tag=api.get("tag"))))
+                        tag=api.get("tag")))
 
                 def api_over_http(api: dict[str, str] = api) -> None:
                     assert api_http.get("/batches", params=api).status_code == 200

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_claim_queue.py 1400 10000
 
-The store's own claim (``Batches.claim``, one slot) is timed five times per size, the claimed batch put back in
+The store's own claim (``BatchLeases.claim``, one slot) is timed five times per size, the claimed batch put back in
 the queue after each; the median and best are printed. Run it from two checkouts to compare their claims.
 """
 
@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.batch_rows import batch_values  # noqa: E402
-from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.leases import BatchLeases  # noqa: E402
 from openrelay.store.schema import batches  # noqa: E402
 from openrelay.types import Batch, BatchStatus  # noqa: E402
 from tests.support.server import create_pg_database, drop_pg_database  # noqa: E402
@@ -40,7 +40,7 @@ def claim_seconds(queued: int) -> list[float]:
             rejected_count=0), i) for i in range(queued)]
         with db.write() as conn:
             conn.execute(batches.insert(), rows)
-        store = Batches(db)
+        store = BatchLeases(db)
         times = []
         for _ in range(5):
             start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Benchmark for issue 10 part 8: what polling a batch costs next to the HTTP stack alone.
+"""What polling a batch costs next to the HTTP stack alone (issue 10 part 8; goals of issue 36 part 2).
 
     .venv/bin/python bench/bench_polling.py [--duration 8] [--connections 10] [--rounds 3]
                                             [--postgres | --database-url URL]
@@ -9,8 +9,9 @@ test engine, with one batch held running (its records sleep in the
 engine, so it stays ``in_progress`` and the worker keeps writing results beside the polls) and 30 more queued
 behind it, so that a page of 20 is full. Then Debian's `wrk` (a C load generator) runs, in turn, against
 ``GET /healthz``, ``GET /v1/batches/{id}`` and ``GET /v1/batches?limit=20``; each round gives the two ratios of
-requests/s against healthz measured in that round, and the p99 latency of each. Goals: >= 0.5 and >= 0.3, p99 under
-10 ms. Absolute figures depend on the machine; the ratios are the figure.
+requests/s against healthz measured in that round, and the p99 latency of each. Goals: >= 0.35 and >= 0.25.
+Absolute figures depend on the machine; the ratios are the figure. ``OPENRELAY_POLL_CACHE_SECONDS=0`` in the
+environment measures the polls without the API's poll cache.
 """
 
 from __future__ import annotations
@@ -168,12 +169,12 @@ def main() -> None:
                   f"ratio {g.requests_per_second / h.requests_per_second:.2f}; "
                   f"GET /v1/batches?limit=20 {lst.requests_per_second:,.0f} (p99 {lst.p99_ms:.2f} ms), "
                   f"ratio {lst.requests_per_second / h.requests_per_second:.2f}")
-        for name, goal in (("get", 0.5), ("list", 0.3)):
+        for name, goal in (("get", 0.35), ("list", 0.25)):
             ratios = [row[name].requests_per_second / row["healthz"].requests_per_second for row in rows]
             p99 = max(row[name].p99_ms for row in rows)
             label = "GET /v1/batches/{id}" if name == "get" else "GET /v1/batches?limit=20"
             print(f"{label}: median ratio to healthz {statistics.median(ratios):.2f} (goal >= {goal}), "
-                  f"worst p99 {p99:.2f} ms (goal < 10 ms)")
+                  f"worst p99 {p99:.2f} ms")
         server.http("POST", f"/batches/{running['id']}/cancel", api_key=api_key)
     finally:
         server.stop()

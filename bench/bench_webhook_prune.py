@@ -24,13 +24,13 @@ from openrelay.ids import new_event_id, new_webhook_attempt_id  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
 from openrelay.store.schema import webhook_attempts, webhook_deliveries, webhook_events  # noqa: E402
-from openrelay.store.webhooks import WebhookStore  # noqa: E402
 from tests.support.server import create_pg_database, drop_pg_database  # noqa: E402
+from tests.support.webhook_loops import WebhookStores  # noqa: E402
 
 _DAY = 86_400.0
 
 
-def fill(db: Database, store: WebhookStore, org_id: str, endpoint_id: str, events: int, attempts: int,
+def fill(db: Database, store: WebhookStores, org_id: str, endpoint_id: str, events: int, attempts: int,
          at: float) -> None:
     for start in range(0, events, 1000):
         rows = [new_event_id() for _ in range(min(1000, events - start))]
@@ -60,16 +60,16 @@ def main() -> None:
         try:
             db.migrate()
             org = Accounts(db).create_org("bench")
-            store = WebhookStore(db)
-            endpoint = store.add_endpoint(org.id, "https://hooks.example.com/", "whsec_AAAA", limit=16)
+            store = WebhookStores.of(db)
+            endpoint = store.endpoints.add_endpoint(org.id, "https://hooks.example.com/", "whsec_AAAA", limit=16)
             assert endpoint is not None
             fill(db, store, org.id, endpoint.id, args.events, args.attempts, now() - 2 * _DAY)
             fill(db, store, org.id, endpoint.id, args.events, args.attempts, float(now()))
             started = time.perf_counter()
-            pruned = store.prune_delivery_log(older_than=_DAY)
+            pruned = store.log.prune_delivery_log(older_than=_DAY)
             first = time.perf_counter() - started
             started = time.perf_counter()
-            again = store.prune_delivery_log(older_than=_DAY)
+            again = store.log.prune_delivery_log(older_than=_DAY)
             second = time.perf_counter() - started
             print(json.dumps({"store": "postgresql" if args.postgres else "sqlite", "events_old": args.events,
                               "events_new": args.events, "attempts_per_event": args.attempts,

@@ -42,11 +42,12 @@ from openrelay.ids import new_batch_id  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.leases import BatchLeases  # noqa: E402
 from openrelay.store.results import Results  # noqa: E402
-from openrelay.store.webhooks import WebhookStore  # noqa: E402
 from openrelay.types import Batch, BatchStatus  # noqa: E402
 from openrelay.webhooks.delivery import WebhookDelivery  # noqa: E402
 from tests.support.server import create_pg_database, drop_pg_database  # noqa: E402
+from tests.support.webhook_loops import WebhookStores  # noqa: E402
 from tests.support.webhook_receiver import Receiver, running_receiver  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def end_batch(db: Database, org_id: str, key_id: str) -> float:
                              input_file_id="file-x", input_blob_key="files/x", completion_window="24h",
                              priority="standard", status=BatchStatus.IN_PROGRESS, model="m", created_at=created,
                              expires_at=created + 86_400, total=1), now_ns(), [])
-    assert Batches(db).claim("bench", {"m": 10 ** 9}, 60.0) is not None
+    assert BatchLeases(db).claim("bench", {"m": 10 ** 9}, 60.0) is not None
     started = time.perf_counter()
     Results(db).finalize(batch_id, "bench", status=BatchStatus.COMPLETED, output=None, error=None, org_id=org_id,
                          unrun=0)
@@ -73,9 +74,9 @@ def summary(values: list[float], digits: int = 2) -> dict[str, float]:
 class Loops:
     """``count`` delivery loops on an event loop of their own thread, until ``stop``."""
 
-    def __init__(self, store: WebhookStore, receiver: Receiver, settings: Settings, count: int) -> None:
+    def __init__(self, store: WebhookStores, receiver: Receiver, settings: Settings, count: int) -> None:
         catalog = parse_catalog(f'[webhooks]\nallow = ["{receiver.base}/hooks/"]\n')
-        self.loops = [WebhookDelivery(store, catalog, settings) for _ in range(count)]
+        self.loops = [WebhookDelivery(store.outbox, store.log, catalog, settings) for _ in range(count)]
         self.started = threading.Event()
         self.thread = threading.Thread(target=asyncio.run, args=(self._run(),), daemon=True)
         self.thread.start()
@@ -101,10 +102,10 @@ def wait_until(check: Callable[[], bool], cap: float) -> bool:
 
 
 def throughput(db: Database, receiver: Receiver, settings: Settings, args: argparse.Namespace) -> dict[str, object]:
-    accounts, store = Accounts(db), WebhookStore(db)
+    accounts, store = Accounts(db), WebhookStores.of(db)
     quiet, loud = accounts.create_org("no-endpoints"), accounts.create_org("endpoints")
     for i in range(args.endpoints):
-        store.add_endpoint(loud.id, receiver.url(f"bench{i}"), "whsec_" + "A" * 44, limit=16)
+        store.endpoints.add_endpoint(loud.id, receiver.url(f"bench{i}"), "whsec_" + "A" * 44, limit=16)
     quiet_key, loud_key = accounts.create_key(quiet.id)[0].id, accounts.create_key(loud.id)[0].id
     without = [end_batch(db, quiet.id, quiet_key) for _ in range(args.batches)]
     with_endpoints = [end_batch(db, loud.id, loud_key) for _ in range(args.batches)]
@@ -115,7 +116,7 @@ def throughput(db: Database, receiver: Receiver, settings: Settings, args: argpa
 
     started = time.perf_counter()
     loops = Loops(store, receiver, settings, args.loops)
-    wait_until(lambda: received() >= expected and len(store.attempts(org_id=loud.id, limit=expected)) >= expected,
+    wait_until(lambda: received() >= expected and len(store.log.attempts(org_id=loud.id, limit=expected)) >= expected,
                args.cap)
     elapsed = time.perf_counter() - started
     loops.stop()
@@ -124,10 +125,10 @@ def throughput(db: Database, receiver: Receiver, settings: Settings, args: argpa
 
 
 def isolation(db: Database, receiver: Receiver, settings: Settings, args: argparse.Namespace) -> dict[str, object]:
-    accounts, store, tag = Accounts(db), WebhookStore(db), f"{time.time_ns():x}"
+    accounts, store, tag = Accounts(db), WebhookStores.of(db), f"{time.time_ns():x}"
     healthy, hostile = accounts.create_org("healthy"), accounts.create_org("hostile")
     healthy_key, hostile_key = accounts.create_key(healthy.id)[0].id, accounts.create_key(hostile.id)[0].id
-    store.add_endpoint(healthy.id, receiver.url(f"a-{tag}"), "whsec_" + "A" * 44, limit=16)
+    store.endpoints.add_endpoint(healthy.id, receiver.url(f"a-{tag}"), "whsec_" + "A" * 44, limit=16)
     kinds = {f"{kind}{i}-{tag}": kind for i, kind in enumerate(["hang"] * 6 + ["trickle"] * 5 + ["fail"] * 5)}
     loops = Loops(store, receiver, settings, args.loops)
 
@@ -151,7 +152,7 @@ def isolation(db: Database, receiver: Receiver, settings: Settings, args: argpar
                 receiver.trickle(hook, every=2.0)
             else:
                 receiver.fail(hook, 10 ** 6, status=500)
-            store.add_endpoint(hostile.id, receiver.url(hook), "whsec_" + "A" * 44, limit=16)
+            store.endpoints.add_endpoint(hostile.id, receiver.url(hook), "whsec_" + "A" * 44, limit=16)
         for _ in range(args.bad_batches):
             end_batch(db, hostile.id, hostile_key)
         beside = latencies()

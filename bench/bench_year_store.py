@@ -40,9 +40,11 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.seed_store import MAIN_ORG, MODELS, SEARCHED, seed  # noqa: E402
+from openrelay.service import batches as batch_service  # noqa: E402
 from openrelay.service import dashboard  # noqa: E402
 from openrelay.store.batches import Batches  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.leases import BatchLeases  # noqa: E402
 from openrelay.store.schema import batches  # noqa: E402
 from openrelay.types import ALL_SCOPES, ApiKey, BatchStatus  # noqa: E402
 from tests.support.server import PG_ADMIN_URL, Server, free_port  # noqa: E402
@@ -160,7 +162,7 @@ class Store:
 
     def claim(self) -> None:
         """One claim of a queued batch (timed), then the batch put back as it was (not timed)."""
-        leases = Batches(self.db)
+        leases = BatchLeases(self.db)
         began = time.perf_counter()
         claimed = leases.claim("bench-claimer", {m: 1000 for m, _ in MODELS}, 60.0)
         took = time.perf_counter() - began
@@ -219,7 +221,7 @@ def plans(store: Store) -> None:
     sa.event.listen(store.db.engine, "before_cursor_execute", capture)
     try:
         store.claim()
-        Batches(store.db).list_api(store.seeded["org_id"], limit=20, after=None)
+        batch_service.list_batches(Batches(store.db), key, limit=20, after=None, status=None, model=None, tag=None)
         dashboard.list_batch_page(store.db, key, dashboard.BatchQuery())
         dashboard.list_batch_page(store.db, key, dashboard.BatchQuery(text=SEARCHED))
     finally:

@@ -11,10 +11,10 @@ their usage, result file ids and one chunk row, over the year up to yesterday; `
 last hours, queued, running (leased by a worker that holds them), validating, finalizing or cancelling.
 Organization 0 holds one batch in ten; the others share the rest.
 
-The rows go into a store migrated up to 0019, and the store is then opened as the service opens it
-(``runtime.open_store``: every migration not applied yet), so migration 0020 counts the ended batches for the
-summary and builds the text index of q, as it does for an operator's store made before it. No file rows are
-written: no read measured here joins them. The organizations and keys are made by ``Accounts``.
+The rows go into a migrated store; each block's ended batches are counted for the summary by the store's own
+``ended_counts.count_ended`` as each block is written, as a batch's end counts it, and the text index of q is
+kept by the store (SQLite's triggers, PostgreSQL's GIN indexes) as the rows go in. No file rows are written: no
+read measured here joins them. The organizations and keys are made by ``Accounts``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openrelay.runtime import open_store  # noqa: E402
 from openrelay.store.accounts import Accounts  # noqa: E402
 from openrelay.store.batch_rows import batch_values  # noqa: E402
 from openrelay.store.db import Database  # noqa: E402
+from openrelay.store.ended_counts import count_ended  # noqa: E402
 from openrelay.store.schema import batch_chunks, batch_tags, batches  # noqa: E402
 from openrelay.store.tags import tag_rows  # noqa: E402
 from openrelay.types import DAY_SECONDS, Batch, BatchStatus  # noqa: E402
@@ -168,7 +168,7 @@ def seed(url: str, *, count: int, orgs: int, live: int, rng_seed: int = 24, say:
     """Fill the (empty) store at ``url``; returns the measured organization and a key of it."""
     began = time.perf_counter()
     db = Database(url)
-    db.migrate(upto=19)  # the schema before the counters and the text index: migration 0020 makes those below
+    db.migrate()
     accounts = Accounts(db)
     org_ids, key_ids, secret = [], [], ""
     for i in range(orgs):
@@ -185,6 +185,7 @@ def seed(url: str, *, count: int, orgs: int, live: int, rng_seed: int = 24, say:
                 for table, found in ((batches, rows), (batch_tags, tags), (batch_chunks, chunks)):
                     if found:
                         conn.execute(table.insert(), found)
+                count_ended(conn, [row["id"] for row in rows], sign=1)
         else:
             raw = db.engine.raw_connection()
             try:
@@ -194,13 +195,11 @@ def seed(url: str, *, count: int, orgs: int, live: int, rng_seed: int = 24, say:
                 raw.commit()
             finally:
                 raw.close()
+            with db.write() as conn:
+                count_ended(conn, [row["id"] for row in rows], sign=1)
         written += len(rows)
         if written % 200_000 < _BLOCK:
             say(f"  {written:,} batches written ({time.perf_counter() - began:.0f} s)")
-    db.dispose()
-    counted = time.perf_counter()
-    db, _accounts = open_store(url)  # as the service opens it: migration 0020 counts and indexes what is there
-    say(f"  migration 0020 (counters, text index) over {count:,} batches: {time.perf_counter() - counted:.0f} s")
     if not db.is_sqlite:
         with db.engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")

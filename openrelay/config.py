@@ -101,7 +101,7 @@ class IdempotencySettings:
 class ReadCaches:
     """What the API may reuse instead of asking the store again."""
     key_cache_seconds: float = setting(1.0, "OPENRELAY_KEY_CACHE_SECONDS")  # a key checked this long ago (max 2)
-    poll_cache: bool = setting(True, "OPENRELAY_POLL_CACHE")  # polls reuse rows the store says are unchanged
+    poll_cache_seconds: float = setting(0.25, "OPENRELAY_POLL_CACHE_SECONDS", least=0)  # a poll's answer kept; 0: never
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +169,7 @@ class DatabasePool:
     """Connections one process keeps to the store (SQLAlchemy's pool): this many, and this many more at a peak."""
     size: int = setting(8, "OPENRELAY_DB_POOL_SIZE", least=1)
     overflow: int = setting(8, "OPENRELAY_DB_MAX_OVERFLOW")
+    connect_seconds: int = setting(2, "OPENRELAY_DB_CONNECT_SECONDS", least=1)  # PostgreSQL away past it: 503
 
 
 @dataclass(frozen=True, kw_only=True)

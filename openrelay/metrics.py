@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 __all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "ENGINE_CONCURRENCY_LIMIT",
-           "WEBHOOK_ATTEMPTS", "POLL_READS", "OVER_REPORTS", "register_queue_depths"]
+           "WEBHOOK_ATTEMPTS", "OVER_REPORTS", "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
 
@@ -34,9 +34,6 @@ ENGINE_CONCURRENCY_LIMIT = Gauge("openrelay_engine_concurrency_limit", "Requests
 WEBHOOK_ATTEMPTS = Counter("openrelay_webhook_attempts_total", "Webhook deliveries this process's workers attempted, "
                            "by outcome: delivered (2xx), failed (another answer or none), refused (an address the "
                            "network rules refuse).", ["outcome"])
-
-POLL_READS = Counter("openrelay_poll_reads_total", "Reads of polls (a batch, a page) by where their rows came from: "
-                     "kept (this process's read cache, still current) or server (the store).", ["source"])
 
 
 class _QueueDepths(Collector):

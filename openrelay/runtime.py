@@ -20,9 +20,13 @@ from .store.db import Database
 from .store.engine_limits import EngineLimits
 from .store.files import Files
 from .store.idempotency import IdempotencyKeys
+from .store.leases import BatchLeases
 from .store.results import Results
+from .store.retention import Retention
 from .store.sessions import Sessions
-from .store.webhooks import WebhookStore
+from .store.webhook_endpoints import WebhookEndpoints
+from .store.webhook_log import WebhookLog
+from .store.webhook_outbox import WebhookOutbox
 from .store.workers import WorkerRegistry
 
 __all__ = ["Runtime", "open_runtime", "open_store", "open_blob_store", "check_blob_url"]
@@ -34,11 +38,15 @@ class Runtime:
     db: Database
     accounts: Accounts
     files: Files
-    batches: Batches
+    batches: Batches  # as the API reads and edits them
+    leases: BatchLeases  # as the workers claim, lease and end them
     idempotency: IdempotencyKeys
     results: Results
+    retention: Retention  # expiry, the operator's retention and bookkeeping (the sweeper's)
     sessions: Sessions
-    webhooks: WebhookStore
+    webhook_endpoints: WebhookEndpoints  # an organization's endpoints
+    webhook_outbox: WebhookOutbox  # events and their deliveries, as the delivery loops claim them
+    webhook_log: WebhookLog  # the delivery log: attempts, replays, pruning
     limits: EngineLimits  # what the adaptive concurrency limiters learnt
     workers: WorkerRegistry  # the live worker processes (heartbeats)
     blobs: BlobStore
@@ -106,11 +114,15 @@ def open_runtime(settings: Settings) -> Runtime:
         accounts=Accounts(db),
         files=Files(db),
         batches=Batches(db),
+        leases=BatchLeases(db),
         idempotency=IdempotencyKeys(db, keep_seconds=settings.idempotency.keep_seconds,
                                     claim_seconds=settings.idempotency.claim_seconds),
         results=Results(db),
+        retention=Retention(db),
         sessions=Sessions(db),
-        webhooks=WebhookStore(db),
+        webhook_endpoints=WebhookEndpoints(db),
+        webhook_outbox=WebhookOutbox(db),
+        webhook_log=WebhookLog(db),
         limits=EngineLimits(db),
         workers=WorkerRegistry(db),
         blobs=blobs,

@@ -22,7 +22,6 @@ from .api.http_protocol import limited_http_protocol
 from .config import Settings
 from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
-from .store.retention import Retention
 from .web.routes import UPLOAD_PATHS, mount_dashboard
 from .webhooks.delivery import WebhookDelivery
 from .worker.sweeper import Sweeper
@@ -113,8 +112,8 @@ async def _worker_and_deliveries(rt: Runtime, worker: Worker) -> None:
     """The worker's loop and, beside its batches, the webhook delivery loop (``webhooks/delivery.py``) and the
     sweeper (``worker/sweeper.py``), until the worker is told to stop. The delivery in flight then ends within the
     webhook timeout; an unfinished one is resent."""
-    deliveries = WebhookDelivery(rt.webhooks, rt.catalog, rt.settings)
-    sweeper = Sweeper(Retention(rt.db), rt.blobs, rt.settings.retention)
+    deliveries = WebhookDelivery(rt.webhook_outbox, rt.webhook_log, rt.catalog, rt.settings)
+    sweeper = Sweeper(rt.retention, rt.blobs, rt.settings.retention)
     await asyncio.gather(worker.run_forever(), deliveries.run_forever(worker.stopping),
                          sweeper.run_forever(worker.stopping))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +24,6 @@ __all__ = [
     "ApiKey",
     "FileRecord",
     "Batch",
-    "BATCH_API_FIELDS",
-    "batch_api",
     "unknown_progress",
     "Rejection",
     "TAGS_KEY",
@@ -247,56 +244,42 @@ class Batch:
         return dataclasses.replace(self, clock_skew=db_clock - local_clock, from_queue=from_queue)
 
     def as_api(self) -> dict[str, Any]:
-        fields = {name: getattr(self, name) for name in BATCH_API_FIELDS}
-        fields["status"] = self.status.value
-        return batch_api(**fields)
-
-
-def batch_api(id: str, endpoint: str, input_file_id: str, completion_window: str, priority: str, status: str,
-              model: str, created_at: int, in_progress_at: int | None, expires_at: int, finalizing_at: int | None,
-              completed_at: int | None, failed_at: int | None, expired_at: int | None, cancelling_at: int | None,
-              cancelled_at: int | None, output_file_id: str | None, error_file_id: str | None,
-              errors: list[dict[str, Any]] | None, total: int, completed: int, failed: int, input_tokens: int,
-              cached_tokens: int, output_tokens: int, reasoning_tokens: int, cost_nano_usd: int,
-              metadata: dict[str, str] | None, failure_threshold: dict[str, Any] | None) -> dict[str, Any]:
-    """A batch as the API shows it, the one definition of that shape. Its parameters are the ``Batch`` fields
-    it is made from (``BATCH_API_FIELDS``): ``Batch.as_api`` passes them from the record, and the store's list
-    page straight from a row of those columns, skipping the record (store/batches.py). ``usage`` has the shape
-    of the OpenAI SDK's ``BatchUsage``, every field on every batch (0 where the engine reported no details),
-    plus our ``cost_nano_usd``."""
-    return {
-        "id": id,
-        "object": "batch",
-        "endpoint": endpoint,
-        "input_file_id": input_file_id,
-        "completion_window": completion_window,
-        "priority": priority,
-        "status": status,
-        "model": model,
-        "created_at": created_at,
-        "in_progress_at": in_progress_at,
-        "expires_at": expires_at,
-        "finalizing_at": finalizing_at,
-        "completed_at": completed_at,
-        "failed_at": failed_at,
-        "expired_at": expired_at,
-        "cancelling_at": cancelling_at,
-        "cancelled_at": cancelled_at,
-        "output_file_id": output_file_id,
-        "error_file_id": error_file_id,
-        "errors": {"object": "list", "data": errors} if errors else None,
-        "request_counts": {"total": total, "completed": completed, "failed": failed},
-        "usage": {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": cached_tokens},
-            "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-            "total_tokens": input_tokens + output_tokens,
-            "cost_nano_usd": cost_nano_usd,
-        },
-        "metadata": metadata,
-        "failure_threshold": failure_threshold,
-    }
+        """The batch as the API shows it, the one definition of that shape. ``usage`` has the shape of the OpenAI
+        SDK's ``BatchUsage``, every field on every batch (0 where the engine reported no details), plus our
+        ``cost_nano_usd``."""
+        return {
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.completion_window,
+            "priority": self.priority,
+            "status": self.status.value,
+            "model": self.model,
+            "created_at": self.created_at,
+            "in_progress_at": self.in_progress_at,
+            "expires_at": self.expires_at,
+            "finalizing_at": self.finalizing_at,
+            "completed_at": self.completed_at,
+            "failed_at": self.failed_at,
+            "expired_at": self.expired_at,
+            "cancelling_at": self.cancelling_at,
+            "cancelled_at": self.cancelled_at,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "errors": {"object": "list", "data": self.errors} if self.errors else None,
+            "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
+            "usage": {
+                "input_tokens": self.input_tokens,
+                "input_tokens_details": {"cached_tokens": self.cached_tokens},
+                "output_tokens": self.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+                "total_tokens": self.input_tokens + self.output_tokens,
+                "cost_nano_usd": self.cost_nano_usd,
+            },
+            "metadata": self.metadata,
+            "failure_threshold": self.failure_threshold,
+        }
 
 
 def unknown_progress() -> dict[str, Any]:
@@ -304,6 +287,3 @@ def unknown_progress() -> dict[str, Any]:
     return {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None,
             "concurrency_limit": None}
 
-
-# The fields of ``Batch`` the API shows, in the order of ``batch_api``'s parameters.
-BATCH_API_FIELDS: tuple[str, ...] = tuple(inspect.signature(batch_api).parameters)

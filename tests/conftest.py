@@ -29,8 +29,8 @@ pytest_plugins = ["tests.support.browser", "tests.support.webhook_fixtures", "te
 
 
 STORE_FIXTURES = frozenset({"server", "make_server", "module_server", "hook_server"})  # hook_server: webhooks
-# A module holding one of these picks its store by OPENRELAY_TEST_DB (fresh_database: tests/support/store_rows.py).
-STORE_PICKERS = ("BACKEND", "Servers", "fresh_database")
+# A module holding one of these picks its store by OPENRELAY_TEST_DB (tests/support/store_rows.py: fresh_url...).
+STORE_PICKERS = ("BACKEND", "Servers", "fresh_database", "fresh_url")
 
 
 def pytest_report_header() -> str:

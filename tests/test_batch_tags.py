@@ -7,13 +7,6 @@ from __future__ import annotations
 import re
 
 import httpx
-import orjson
-import sqlalchemy as sa
-
-from openrelay.store.db import MIGRATIONS, Database
-from openrelay.store.schema import batch_tags
-from tests.conftest import BACKEND
-from tests.support.server import create_pg_database, drop_pg_database
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 
@@ -144,37 +137,4 @@ def test_the_dashboard_filters_by_every_tag_given(server):
     finally:
         client.close()
 
-
-# -- migration 0006's backfill --------------------------------------------------------------------------------
-
-
-def test_migration_backfills_the_tags_of_existing_batches(tmp_path):
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'b.db'}"
-    try:
-        db = Database(url)
-        assert db.migrate(upto=5) == [1, 2, 3, 4, 5]
-        metadata = {"b1": {"tags": " x , y,x", "k": "v"}, "b2": {"tags": "y"}, "b3": {"other": "tags"},
-                    "b4": {"tags": ""}, "b5": None, "b6": {"tags": 'q"uote\\,nul\x00'}}
-        with db.write() as conn:
-            conn.exec_driver_sql("INSERT INTO organizations (id, name, created_at) VALUES ('o1', 'o1', 0)")
-            conn.exec_driver_sql("INSERT INTO api_keys (id, org_id, key_hash, prefix, scopes, created_at) "
-                                 "VALUES ('k1', 'o1', 'h', 'p', 'batch.read', 0)")
-            for n, (batch_id, meta) in enumerate(metadata.items()):
-                conn.execute(sa.text(
-                    "INSERT INTO batches (id, org_id, key_id, endpoint, input_file_id, input_blob_key, "
-                    "completion_window, priority, status, model, created_at, created_ns, expires_at, total, "
-                    "metadata) VALUES (:id, 'o1', 'k1', '/v1/chat/completions', 'f', 'b', '24h', 'standard', "
-                    "'completed', 'm', 0, :ns, 0, 1, :meta)"),
-                    {"id": batch_id, "ns": n, "meta": None if meta is None else orjson.dumps(meta).decode()})
-        assert db.migrate() == [v for v, _, _ in MIGRATIONS if v >= 6]
-        with db.read() as conn:
-            rows = conn.execute(sa.select(batch_tags.c.batch_id, batch_tags.c.org_id, batch_tags.c.tag,
-                                          batch_tags.c.created_ns)
-                                .order_by(batch_tags.c.batch_id, batch_tags.c.tag)).all()
-        assert [tuple(r) for r in rows] == [("b1", "o1", "x", 0), ("b1", "o1", "y", 0), ("b2", "o1", "y", 1),
-                                            ("b6", "o1", 'q"uote\\', 5)]  # a tag holding NUL gets no row
-        db.dispose()
-    finally:
-        if BACKEND == "postgres":
-            drop_pg_database(url)
 

@@ -11,6 +11,7 @@ import pytest
 
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
+from openrelay.store.leases import BatchLeases
 from openrelay.store.results import Chunk, Results
 from openrelay.types import Batch, BatchStatus
 from openrelay.worker.usage import RecordUsage, record_usage
@@ -123,8 +124,8 @@ def test_chunks_store_the_details_and_the_batch_sums_them(store: Database):
                       priority="standard", status=BatchStatus.VALIDATING, model="m", created_at=0,
                       expires_at=4_000_000_000, total=3), created_ns=1, new_files=[])
     assert rows.get("o1", "batch_c1").as_api()["usage"] == batch_usage()
-    rows.promote_validated()
-    assert rows.claim("w1", {"m": 1}, 60.0) is not None
+    BatchLeases(store).promote_validated()
+    assert BatchLeases(store).claim("w1", {"m": 1}, 60.0) is not None
     first = Chunk(seq=1, out_key="o/1", err_key=None, lines=[1, 2], completed=2, failed=0, input_tokens=30,
                   cached_tokens=20, output_tokens=8, reasoning_tokens=5, cost_nano_usd=900)
     second = Chunk(seq=2, out_key="o/2", err_key=None, lines=[3], completed=1, failed=0, input_tokens=4,
@@ -132,20 +133,18 @@ def test_chunks_store_the_details_and_the_batch_sums_them(store: Database):
     for chunk in (first, second, second):  # the repeated commit adds nothing
         results.commit_chunk("batch_c1", "w1", "k1", chunk)
     assert results.chunks("batch_c1") == [first, second]
-    batch = rows.by_id("batch_c1")
+    batch = BatchLeases(store).by_id("batch_c1")
     assert (batch.cached_tokens, batch.reasoning_tokens) == (20, 5)
     assert rows.get("o1", "batch_c1").as_api()["usage"] == batch_usage(34, 10, 1000, cached_tokens=20,
                                                                        reasoning_tokens=5)
-    page, _more = rows.list_api("o1", limit=10, after=None)
-    assert page == [rows.get("o1", "batch_c1").as_api()]
 
 
 def test_the_concurrency_limit_is_written_only_under_the_lease(store: Database):
-    rows = Batches(store)
-    rows.create(Batch(id="batch_l1", org_id="o1", key_id="k1", endpoint="/v1/chat/completions",
+    Batches(store).create(Batch(id="batch_l1", org_id="o1", key_id="k1", endpoint="/v1/chat/completions",
                       input_file_id="file_1", input_blob_key="blob_1", completion_window="24h",
                       priority="standard", status=BatchStatus.VALIDATING, model="m", created_at=0,
                       expires_at=4_000_000_000, total=3), created_ns=1, new_files=[])
+    rows = BatchLeases(store)
     assert rows.by_id("batch_l1").concurrency_limit is None
     rows.promote_validated()
     assert rows.claim("w1", {"m": 1}, 60.0) is not None
@@ -227,7 +226,7 @@ def test_the_progress_object_shows_the_limit_its_worker_wrote(make_server, engin
     batch_id = create(server, [chat("q", "never sent", MODEL)])["id"]
     db = Database(server.database_url)
     try:
-        rows = Batches(db)
+        rows = BatchLeases(db)
         rows.promote_validated()
         assert rows.claim("test-worker", {MODEL: 1}, 60.0) is not None
         assert get(server, batch_id)["openrelay"]["concurrency_limit"] is None  # running; nothing written yet
@@ -235,7 +234,7 @@ def test_the_progress_object_shows_the_limit_its_worker_wrote(make_server, engin
             rows.set_concurrency_limit(batch_id, "test-worker", limit)
             wait_for(lambda limit=limit: get(server, batch_id)["openrelay"]["concurrency_limit"] == limit,
                      f"the batch to show {limit}")
-            # A page reuses its model's live batches for a quarter of a second (service/progress.py).
+            # A poll's answer is reused for a quarter of a second (api/poll_cache.py).
             wait_for(lambda limit=limit: _raw(server, "GET", "/batches")["data"][0]["openrelay"][
                 "concurrency_limit"] == limit, f"the page to show {limit}")
         _assert_sdk_reads(get(server, batch_id))

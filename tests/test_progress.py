@@ -66,7 +66,7 @@ def test_queue_position_follows_the_claims_order_and_moves_up(server, engine):
     _queued(server, b1["id"], other)
 
     # Expedited first; then fair share: the other organization runs nothing, this one two (three with e1).
-    # (A process reuses a model's queue for up to QUEUE_REUSE_SECONDS: positions are polled until they agree.)
+    # (A process reuses a poll's answer for up to OPENRELAY_POLL_CACHE_SECONDS: positions are polled until they agree.)
     expected = {e1["id"]: 1, b1["id"]: 2, a1["id"]: 3, a2["id"]: 4}
 
     def numbers_if_expected() -> dict | None:
@@ -130,8 +130,8 @@ def test_running_batch_has_rates_and_an_eta_once_records_land(server, engine):
     # The SDK sees them too; the list page's row carries the same kind of numbers.
     extra = server.client().batches.retrieve(batch["id"]).model_extra["openrelay"]
     assert extra["records_per_second"] > 0 and extra["eta_seconds"] >= 1
-    # A list page takes its live rows' numbers from a read of the model's queue reused for up to
-    # QUEUE_REUSE_SECONDS (service/progress.py), so its rates may lag the batch's own poll by that much.
+    # A page's answer is reused for up to OPENRELAY_POLL_CACHE_SECONDS (api/poll_cache.py), so its rates may lag
+    # the batch's own poll by that much.
     row = wait_for(lambda: next((r for r in server.http("GET", "/batches").json()["data"]
                                  if r["id"] == batch["id"] and r["openrelay"]["records_per_second"]), None),
                    "the list page's row to show the rates")

@@ -1,12 +1,14 @@
 """Store outages mid-batch: a PostgreSQL server the test owns, stopped and started again, and a blob path that
 cannot be written. Result writes back off, lanes stop taking records while a chunk cannot be written (so memory
-stays bounded), and once the store is back every record lands once: none lost, none sent to the engine twice."""
+stays bounded), and once the store is back every record lands once: none lost, none sent to the engine twice. And a
+server that takes the connection but never answers: a read gives up after ``CONNECT_SECONDS``."""
 
 from __future__ import annotations
 
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -14,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from openrelay.errors import StoreUnavailable
+from openrelay.store.db import Database
 from tests.support.batches import chat, create, results, usage_of, wait_for
 from tests.support.server import TEST_CATALOG, Server, free_port
 
@@ -131,3 +136,14 @@ def test_blob_path_that_cannot_be_written_holds_the_lanes_until_it_can(make_serv
     assert engine.stats()["requests"] <= MOST_SENT_WHILE_DOWN
     blocker.unlink()
     _check_all_landed_once(server, engine, batch_id)
+
+
+def test_a_server_that_never_answers_is_unavailable_once_the_connect_timeout_passes() -> None:
+    silent = socket.create_server(("127.0.0.1", 0), backlog=8)  # the kernel takes the connection; nothing answers
+    away = Database(f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/nothing")
+    try:
+        with pytest.raises(StoreUnavailable), away.read() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    finally:
+        away.dispose()
+        silent.close()

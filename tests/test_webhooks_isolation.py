@@ -14,10 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from openrelay.store.db import Database
-from openrelay.store.webhooks import WebhookStore
 from tests.support.polling import wait_for
 from tests.support.store_rows import fresh_database
-from tests.support.webhook_loops import quick_settings, receiver_catalog, running_loops
+from tests.support.webhook_loops import WebhookStores, quick_settings, receiver_catalog, running_loops
 from tests.support.webhook_receiver import Receiver
 from tests.unit.test_webhooks_store import _events, _finalize, _org_and_key, _running_batch
 
@@ -30,8 +29,8 @@ def db(tmp_path) -> Iterator[Database]:
         yield database
 
 
-def _endpoint(store: WebhookStore, org_id: str, receiver: Receiver, hook: str) -> str:
-    endpoint = store.add_endpoint(org_id, receiver.url(hook), "whsec_" + "A" * 44, limit=16)
+def _endpoint(store: WebhookStores, org_id: str, receiver: Receiver, hook: str) -> str:
+    endpoint = store.endpoints.add_endpoint(org_id, receiver.url(hook), "whsec_" + "A" * 44, limit=16)
     assert endpoint is not None
     return endpoint.id
 
@@ -46,7 +45,7 @@ def _ended_batch(db: Database, org: tuple[str, str]) -> str:
 
 def test_hostile_endpoints_delay_only_their_own_deliveries(db: Database, receiver: Receiver, tmp_path) -> None:
     settings = quick_settings(tmp_path, timeout_seconds=600.0)  # hanging attempts last until the test lets them go
-    store, tag = WebhookStore(db), secrets.token_hex(3)
+    store, tag = WebhookStores.of(db), secrets.token_hex(3)
     hostile_org = _org_and_key(db)
     hostile = {f"{kind}{i}-{tag}": kind for i, kind in enumerate(["hang"] * 6 + ["trickle"] * 5 + ["fail"] * 5)}
     for hook, kind in hostile.items():
@@ -71,7 +70,7 @@ def test_hostile_endpoints_delay_only_their_own_deliveries(db: Database, receive
                 healthy[hook] = (_endpoint(store, org[0], receiver, hook), _ended_batch(db, org))
             for hook, (endpoint_id, event_id) in healthy.items():
                 receiver.wait_for(hook, lambda got: [r["answered"] for r in got] == [200], "a healthy delivery")
-                wait_for(lambda: store.delivery_states(event_id) == {endpoint_id: "delivered"},  # noqa: B023
+                wait_for(lambda: store.log.delivery_states(event_id) == {endpoint_id: "delivered"},  # noqa: B023
                          "the delivery recorded")
             # ... while every hanging and trickling attempt is still open, none past its endpoint's concurrency.
             for hook, kind in hostile.items():
@@ -93,14 +92,14 @@ def test_an_attempt_ends_at_its_timeout_and_is_never_sent_twice_at_once(db: Data
     # The answer's head comes a byte every 0.1 s, so that no read ever waits a second; the attempt still ends at
     # one second, and the claim (three seconds) outlives it.
     settings = quick_settings(tmp_path, timeout_seconds=1.0)
-    store, hook = WebhookStore(db), f"trickle-{secrets.token_hex(3)}"
+    store, hook = WebhookStores.of(db), f"trickle-{secrets.token_hex(3)}"
     org = _org_and_key(db)
     receiver.trickle(hook, every=0.1)
     endpoint_id = _endpoint(store, org[0], receiver, hook)
     _ended_batch(db, org)
     with running_loops(store, receiver_catalog(receiver), settings, LOOPS):
         try:
-            log = wait_for(lambda: len(found := store.attempts(endpoint_id=endpoint_id)) >= 2 and found,
+            log = wait_for(lambda: len(found := store.log.attempts(endpoint_id=endpoint_id)) >= 2 and found,
                            "two attempts ended by the timeout")
             assert {(a.outcome, a.status_code, a.error) for a in log} == {
                 ("failed", None, "no answer within the timeout (1 s)")}

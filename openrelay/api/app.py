@@ -37,8 +37,6 @@ def create_app(rt: Runtime, *, writes: OrgWrites | None = None, upload_paths: It
     app.add_middleware(RequestIds, access_log=rt.settings.http.access_log)  # outermost: it sees every answer
     add_error_handlers(app)
     ctx = ApiContext(rt, writes or OrgWrites())
-    if ctx.loop_reads is not None:
-        app.router.on_shutdown.append(ctx.loop_reads.close)
     # Each resource's module adds its routes to the app's own router rather than to an APIRouter of its own that
     # is then included: FastAPI (0.165) keeps an included router as a nested branch, walked again on every request,
     # and ``app.routes`` would no longer list the routes (tests/test_openapi.py reads them).

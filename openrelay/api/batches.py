@@ -33,28 +33,27 @@ def add_batch_routes(router: APIRouter, ctx: ApiContext) -> None:
         # costs more than this poll's own work. ``query_int`` parses and refuses as FastAPI would.
         query = request.query_params
         limit = query_int(query, "limit", 20)
-        return json_response(await ctx.by_plan(request, lambda key: progress_service.page_answer_plan(
+        return await ctx.poll(request, lambda key: progress_service.page_answer(
             rt.batches, key, limit=limit, after=query.get("after"), status=query.get("status"),
-            model=query.get("model"), tag=query.get("tag"))))
+            model=query.get("model"), tag=query.get("tag")))
 
     @router.get("/v1/batches/{batch_id}")
     async def get_batch(request: Request) -> Response:
         # The id is read from the path here, not declared: see list_batches.
         batch_id = request.path_params["batch_id"]
-        return json_response(await ctx.by_plan(
-            request, lambda key: progress_service.batch_answer_plan(rt.batches, key, batch_id)))
+        return await ctx.poll(request, lambda key: progress_service.batch_answer(rt.batches, key, batch_id))
 
     @router.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(request: Request, batch_id: str) -> Response:
         key = await ctx.writer(request)
-        return json_response(await ctx.writing(key, lambda: progress_service.answer_of(
+        return json_response(await ctx.writing(key, lambda: progress_service.answer(
             rt.db, batch_service.cancel_batch(rt.batches, key, batch_id))))
 
     @router.post("/v1/batches/{batch_id}/metadata")
     async def replace_metadata(request: Request, batch_id: str) -> Response:
         key = await ctx.writer(request)
         raw = await request.body()
-        return json_response(await ctx.writing(key, lambda: progress_service.answer_of(
+        return json_response(await ctx.writing(key, lambda: progress_service.answer(
             rt.db, batch_service.replace_metadata(rt.batches, key, batch_id, raw))))
 
     @router.post("/v1/batches/{batch_id}/retry")

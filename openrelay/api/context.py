@@ -1,9 +1,8 @@
-"""What every API route shares: who is calling, and the three ways a route runs its service call (a write on a
-thread that tells the write hook, a read on the loop's executor, a compiled read plan on the loop itself)."""
+"""What every API route shares: who is calling, and how a route runs its service call (a write on a thread that
+tells the write hook; a read through the store's async face; a poll, whose answer may be kept briefly)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,10 +18,8 @@ from ..http.access_log import note_org
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from ..service.auth import KeyCache
-from ..store.async_reads import AsyncReads
-from ..store.compiled import Plan, reads_are_local, run_plan
-from ..store.read_cache import KeptRows
 from ..types import ApiKey
+from .poll_cache import PollCache
 
 __all__ = ["ApiContext", "json_response", "query_int"]
 
@@ -53,20 +50,15 @@ def _noted(request: Request, key: ApiKey) -> ApiKey:
 
 
 class ApiContext:
-    """One per app. ``writes`` is the process's write hook: this context's read cache listens to it, and every
-    write of the API (here) or the dashboard (web/pages.py) tells it."""
+    """One per app. ``writes`` is the process's write hook: every write of the API (here) or the dashboard
+    (web/pages.py) tells it, and the poll cache forgets that organization's answers."""
 
     def __init__(self, rt: Runtime, writes: OrgWrites) -> None:
         self.rt = rt
         self.writes = writes
         self.keys = KeyCache(rt.accounts, rt.settings.reads.key_cache_seconds)
-        reads_on_loop = reads_are_local(rt.db)
-        self.loop_reads = None if reads_on_loop else AsyncReads(rt.db, keep_rows=rt.settings.reads.poll_cache)
-        self._kept_here = KeptRows() if reads_on_loop and rt.settings.reads.poll_cache else None  # compiled.run_plan's
-        if self.loop_reads is not None:
-            # A write of this process forgets the reads kept of its organization, so the caller's next poll here
-            # sees its own write without waiting for PostgreSQL's notice (SQLite's data_version sees it anyway).
-            writes.listen(self.loop_reads.cache.changed)
+        self.polls = PollCache(rt.settings.reads.poll_cache_seconds)
+        writes.listen(self.polls.forget)
 
     async def writer(self, request: Request) -> ApiKey:
         """The key of a request that writes, as the store holds it now."""
@@ -77,7 +69,7 @@ class ApiContext:
         authorization = request.headers.get("authorization")
         key = self.keys.cached(authorization)
         if key is None:
-            key = await run_in_threadpool(self.keys.for_read, authorization)
+            key = await self.rt.db.run(self.keys.for_read, authorization)
         return _noted(request, key)
 
     async def writing(self, key: ApiKey, call: Callable[..., T], *args: Any) -> T:
@@ -89,27 +81,16 @@ class ApiContext:
             self.writes.wrote(key.org_id)
 
     async def as_reader(self, request: Request, read: Callable[[ApiKey], T]) -> T:
-        """``read(key)`` for a request that only reads, with the key from memory when it was checked
-        recently. The key's lookup, if needed, and the read share one hop to a thread; the loop's own executor,
-        which costs half what ``run_in_threadpool`` does."""
-        keys = self.keys
-        authorization = request.headers.get("authorization")
-        key = keys.cached(authorization)
-        loop = asyncio.get_running_loop()
-        if key is not None:
-            return await loop.run_in_executor(None, read, _noted(request, key))
-        return await loop.run_in_executor(None, lambda: read(_noted(request, keys.for_read(authorization))))
+        """``read(key)`` for a request that only reads, through the store's async face."""
+        return await self.rt.db.run(read, await self.reader(request))
 
-    async def by_plan(self, request: Request, make_plan: Callable[[ApiKey], Plan[T]]) -> T:
-        """The answer of the plan ``make_plan(key)`` (``store.compiled``), run without leaving the event
-        loop: on SQLite straight on the loop (a local read is cheaper than a hop, see ``reads_are_local``), on
-        PostgreSQL on the loop's own connections (``store.async_reads``). Only a key that is not in memory
-        goes to a thread to be looked up."""
-        authorization = request.headers.get("authorization")
-        key = self.keys.cached(authorization)
-        if key is None:
-            key = await asyncio.get_running_loop().run_in_executor(None, self.keys.for_read, authorization)
-        _noted(request, key)
-        if self.loop_reads is None:
-            return run_plan(self.rt.db, make_plan(key), self._kept_here)
-        return await self.loop_reads.run(lambda: make_plan(key))
+    async def poll(self, request: Request, answer: Callable[[ApiKey], Any]) -> Response:
+        """The JSON of ``answer(key)`` for a poll (a batch, a page of batches), or the same bytes this process
+        gave the same key for the same URL less than ``poll_cache_seconds`` ago (``api/poll_cache.py``)."""
+        key = await self.reader(request)
+        target = request.scope["path"] + "?" + request.scope["query_string"].decode("latin-1")
+
+        async def read() -> bytes:
+            return orjson.dumps(await self.rt.db.run(answer, key))
+
+        return Response(await self.polls.answer(key.id, key.org_id, target, read), media_type="application/json")

@@ -29,7 +29,7 @@ def add_operator_routes(router: APIRouter, ctx: ApiContext) -> None:
     async def openapi() -> Response:
         return Response(openapi_document, media_type="application/json")
 
-    register_queue_depths(rt.batches.queue_depths, rt.batches.model_shares)
+    register_queue_depths(rt.leases.queue_depths, rt.leases.model_shares)
 
     @router.get("/metrics")
     async def metrics(request: Request) -> Response:

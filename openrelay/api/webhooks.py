@@ -21,35 +21,38 @@ def add_webhook_routes(router: APIRouter, ctx: ApiContext) -> None:
     async def create_webhook(request: Request) -> Response:
         key = await ctx.writer(request)
         raw = await request.body()
-        return json_response(await run_in_threadpool(webhook_service.create_webhook, rt.webhooks, rt.catalog, key, raw))
+        return json_response(await run_in_threadpool(webhook_service.create_webhook, rt.webhook_endpoints, rt.catalog,
+                                                     key, raw))
 
     @router.get("/v1/webhooks")
     async def list_webhooks(request: Request) -> Response:
         key = await ctx.writer(request)
-        return json_response(await run_in_threadpool(webhook_service.list_webhooks, rt.webhooks, key))
+        return json_response(await run_in_threadpool(webhook_service.list_webhooks, rt.webhook_endpoints, key))
 
     @router.delete("/v1/webhooks/{webhook_id}")
     async def delete_webhook(request: Request, webhook_id: str) -> Response:
         key = await ctx.writer(request)
-        return json_response(await run_in_threadpool(webhook_service.delete_webhook, rt.webhooks, key, webhook_id))
+        return json_response(await run_in_threadpool(webhook_service.delete_webhook, rt.webhook_endpoints, key,
+                                                     webhook_id))
 
     @router.post("/v1/webhooks/{webhook_id}/rotate")
     async def rotate_webhook(request: Request, webhook_id: str) -> Response:
         key = await ctx.writer(request)
         raw = await request.body()
-        return json_response(await run_in_threadpool(webhook_service.rotate_webhook, rt.webhooks, rt.settings, key,
-                                                     webhook_id, raw))
+        return json_response(await run_in_threadpool(webhook_service.rotate_webhook, rt.webhook_endpoints, rt.settings,
+                                                     key, webhook_id, raw))
 
     @router.get("/v1/webhooks/{webhook_id}/deliveries")
     async def list_webhook_deliveries(request: Request, webhook_id: str, limit: int = 20,
                                       after: str | None = None) -> Response:
         key = await ctx.writer(request)
         return json_response(await run_in_threadpool(
-            lambda: webhook_service.list_webhook_deliveries(rt.webhooks, key, webhook_id, limit=limit, after=after)))
+            lambda: webhook_service.list_webhook_deliveries(rt.webhook_endpoints, rt.webhook_log, key, webhook_id,
+                                                            limit=limit, after=after)))
 
     @router.post("/v1/webhooks/deliveries/{delivery_id}/replay")
     async def replay_webhook_delivery(request: Request, delivery_id: str) -> Response:
         key = await ctx.writer(request)
         raw = await request.body()
-        return json_response(await run_in_threadpool(webhook_service.replay_webhook_delivery, rt.webhooks, key,
+        return json_response(await run_in_threadpool(webhook_service.replay_webhook_delivery, rt.webhook_log, key,
                                                      delivery_id, raw))

@@ -13,7 +13,9 @@ from .admin import _accounts, _fail, _print, _state, admin_settings
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
-    from ..store.webhooks import WebhookStore
+    from ..store.webhook_endpoints import WebhookEndpoints
+    from ..store.webhook_log import WebhookLog
+    from ..store.webhook_outbox import WebhookOutbox
 
 __all__ = ["webhook_app"]
 
@@ -24,11 +26,25 @@ CatalogOption = Annotated[Path | None, typer.Option(
                       "lets no webhook reach a loopback or private address).")]
 
 
-def _webhooks() -> WebhookStore:
-    from ..store.webhooks import WebhookStore
+def _endpoints() -> WebhookEndpoints:
+    from ..store.webhook_endpoints import WebhookEndpoints
 
     _accounts()  # opens the store
-    return WebhookStore(_state["db"])
+    return WebhookEndpoints(_state["db"])
+
+
+def _outbox() -> WebhookOutbox:
+    from ..store.webhook_outbox import WebhookOutbox
+
+    _accounts()
+    return WebhookOutbox(_state["db"])
+
+
+def _log() -> WebhookLog:
+    from ..store.webhook_log import WebhookLog
+
+    _accounts()
+    return WebhookLog(_state["db"])
 
 
 def _catalog(path: Path | None) -> Catalog:
@@ -55,7 +71,7 @@ def webhook_add(
 
     try:
         subscribed = None if events is None else event_types([e.strip() for e in events.split(",")])
-        endpoint, secret = register_endpoint(_webhooks(), _catalog(catalog), _accounts().org_by_name(org).id, url,
+        endpoint, secret = register_endpoint(_endpoints(), _catalog(catalog), _accounts().org_by_name(org).id, url,
                                              subscribed)
     except OpenRelayError as exc:
         _fail(exc)
@@ -72,7 +88,7 @@ def webhook_list(org: Annotated[str | None, typer.Option(help="Only this organiz
         org_id = accounts.org_by_name(org).id if org else None
         names = {o.id: o.name for o in accounts.list_orgs()}
         _print([{**e.as_api(), "org_id": e.org_id, "org": names.get(e.org_id)}
-                for e in _webhooks().list_endpoints(org_id)])
+                for e in _endpoints().list_endpoints(org_id)])
     except OpenRelayError as exc:
         _fail(exc)
 
@@ -81,7 +97,7 @@ def webhook_list(org: Annotated[str | None, typer.Option(help="Only this organiz
 def webhook_remove(endpoint_id: str) -> None:
     """Remove an endpoint by id: nothing more is sent to it, its pending deliveries end; its log stays."""
     try:
-        removed = _webhooks().remove_endpoint(endpoint_id)
+        removed = _endpoints().remove_endpoint(endpoint_id)
     except OpenRelayError as exc:
         _fail(exc)
     _print({**removed.as_api(), "org_id": removed.org_id, "removed": True})
@@ -94,7 +110,7 @@ def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
     from ..service.webhooks import send_test_event
 
     try:
-        attempt = send_test_event(_webhooks(), _catalog(catalog), admin_settings(), endpoint_id)
+        attempt = send_test_event(_endpoints(), _outbox(), _log(), _catalog(catalog), admin_settings(), endpoint_id)
     except OpenRelayError as exc:
         _fail(exc)
     _print(attempt.as_json())
@@ -109,7 +125,7 @@ def webhook_rotate(endpoint_id: str) -> None:
     from ..service.webhooks import rotate_secret
 
     try:
-        rotated = rotate_secret(_webhooks(), admin_settings(), endpoint_id)
+        rotated = rotate_secret(_endpoints(), admin_settings(), endpoint_id)
     except OpenRelayError as exc:
         _fail(exc)
     typer.echo(f"webhook endpoint {endpoint_id}: new secret; the old one also signs until "
@@ -122,7 +138,7 @@ def webhook_replay(delivery_id: str) -> None:
     """Send a delivery (its id from `log`) again, delivered, given up or not: a new attempt with the same
     webhook-id and body, sent by the workers now and retried like any delivery. Prints the delivery."""
     try:
-        _print(_webhooks().replay_delivery(delivery_id).as_api())
+        _print(_log().replay_delivery(delivery_id).as_api())
     except OpenRelayError as exc:
         _fail(exc)
 
@@ -137,7 +153,7 @@ def webhook_log(
     """The delivery log: every attempt, newest first, with its answer or why there was none."""
     try:
         org_id = _accounts().org_by_name(org).id if org else None
-        _print([a.as_json() for a in _webhooks().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
+        _print([a.as_json() for a in _log().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
                                                          limit=limit)])
     except OpenRelayError as exc:
         _fail(exc)

@@ -9,9 +9,9 @@ __all__ = ["OrgWrites"]
 
 
 class OrgWrites:
-    """What keeps reads of an organization (the API's read cache, ``store.read_cache``) listens and forgets them
-    when told, so the caller's next poll here sees its own write without waiting for PostgreSQL's notice
-    (SQLite's ``data_version`` sees it anyway). Each request that writes calls ``wrote`` when it returns or fails."""
+    """What keeps answers of an organization (the API's poll cache, ``api/poll_cache.py``) listens and forgets
+    them when told, so the caller's next poll here sees its own write. Each request that writes calls ``wrote``
+    when it returns or fails."""
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[str], None]] = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..store.batch_search import BatchQuery, search
 from ..store.batches import Batches
-from ..store.compiled import Plan, run_plan
 from ..types import ApiKey, Batch, BatchStatus, Scope
 from .auth import require
 from .bodies import json_object
@@ -16,30 +16,25 @@ from .pages import list_page
 
 # create_batch is the create's (service/create.py), named here too for the API and the dashboard, which call it
 # as batch_service.create_batch beside this module's reads.
-__all__ = ["create_batch", "get_batch", "get_batch_plan", "list_batches_plan", "cancel_batch", "replace_metadata"]
+__all__ = ["create_batch", "get_batch", "list_batches", "cancel_batch", "replace_metadata"]
 
 
 def get_batch(batches: Batches, key: ApiKey, batch_id: str) -> Batch:
-    return run_plan(batches.db, get_batch_plan(batches, key, batch_id))
-
-
-def get_batch_plan(batches: Batches, key: ApiKey, batch_id: str) -> Plan[Batch]:
-    """``get_batch`` as a plan of reads (``store.compiled``): the API runs it on its event loop."""
     require(key, Scope.BATCH_READ)
-    return (yield from batches.get_plan(key.org_id, batch_id))
+    return batches.get(key.org_id, batch_id)
 
 
-def list_batches_plan(batches: Batches, key: ApiKey, *, limit: int, after: str | None, status: str | None,
-                      model: str | None, tag: str | None) -> Plan[dict[str, Any]]:
-    """A page of ``GET /v1/batches``, as a plan of reads."""
+def list_batches(batches: Batches, key: ApiKey, *, limit: int, after: str | None, status: str | None,
+                 model: str | None, tag: str | None) -> dict[str, Any]:
+    """A page of ``GET /v1/batches``: the dashboard's search (``store/batch_search.py``) under the API's filters."""
     require(key, Scope.BATCH_READ)
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", param="limit")
     if status is not None and status not in {s.value for s in BatchStatus}:
         raise InvalidRequest(f"unknown status {status!r}", param="status")
-    found, more = yield from batches.list_api_plan(key.org_id, limit=limit, after=after, status=status,
-                                                   model=model, tag=tag)
-    return list_page(found, more)
+    query = BatchQuery(status=status, model=model, tags=(tag,) if tag else ())
+    found, more = search(batches.db, key.org_id, query, limit=limit, after=after)
+    return list_page([batch.as_api() for batch in found], more)
 
 
 def cancel_batch(batches: Batches, key: ApiKey, batch_id: str) -> Batch:

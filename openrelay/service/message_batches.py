@@ -20,7 +20,6 @@ import orjson
 from ..catalog import MESSAGES
 from ..errors import Conflict, InvalidRequest, anthropic_error, no_such
 from ..runtime import Runtime
-from ..store.retention import Retention
 from ..types import TERMINAL, ApiKey, Batch, BatchStatus, Scope
 from .auth import require
 from .create import create_batch
@@ -122,7 +121,7 @@ def delete_message_batch(rt: Runtime, key: ApiKey, batch_id: str) -> dict[str, A
     worker's sweeper, ``worker/sweeper.py``); one still processing is 409."""
     require(key, Scope.BATCH_WRITE)
     batch = _read(rt, key, batch_id)
-    if not batch.terminal or not Retention(rt.db).delete_ended_batch(key.org_id, batch_id):
+    if not batch.terminal or not rt.retention.delete_ended_batch(key.org_id, batch_id):
         raise Conflict(f"Batch {batch_id} is still processing: cancel it, and delete it once it has ended.",
                        code="batch_not_ended")
     return {"id": batch_id, "type": "message_batch_deleted"}

@@ -15,21 +15,18 @@ per model on a list page.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..clock import seconds
 from ..store.batches import Batches
-from ..store.compiled import Plan, run_plan
 from ..store.db import Database
-from ..store.queue import LiveState, queue_plan
+from ..store.queue import LiveState, live_of_model
 from ..store.throughput import WINDOW_SECONDS, window_totals
 from ..types import CLAIMABLE_VALUES, RECORDS_MAY_LAND_VALUES, ApiKey, Batch, BatchStatus, unknown_progress
-from .batches import get_batch_plan, list_batches_plan
+from .batches import get_batch, list_batches
 
-__all__ = ["progress_numbers", "batch_answer_plan", "page_answer_plan", "answer_plan", "answer_of",
-           "numbers_plan", "numbers_of"]
+__all__ = ["progress_numbers", "batch_answer", "page_answer", "answer", "numbers"]
 
 _RECORDS_MAY_LAND = RECORDS_MAY_LAND_VALUES  # records may still be settling
 _CLAIMABLE = CLAIMABLE_VALUES
@@ -58,32 +55,13 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
     return numbers
 
 
-# A model's queue, as last read by this process: (monotonic time read, its live states). Polls within
-# QUEUE_REUSE_SECONDS of a read reuse it instead of reading the model's live batches again: a page of 20 queued
-# batches, polled in a loop, would otherwise read the whole queue each time (bench/bench_polling.py). Positions are
-# at most this stale. A single batch's poll reads its own row (status, started, rates) fresh; a list page takes
-# started and the rates of its live rows from the same reused read.
-QUEUE_REUSE_SECONDS = 0.25
-_queues: dict[str, tuple[float, dict[str, LiveState]]] = {}
-
-
-def _queue_plan(model: str) -> Plan[dict[str, LiveState]]:
-    found = _queues.get(model)
-    clock = time.monotonic()
-    if found is not None and clock - found[0] < QUEUE_REUSE_SECONDS:
-        return found[1]
-    live = yield from queue_plan(model)
-    _queues[model] = (clock, live)
-    return live
-
-
-def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
+def numbers(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
     """The ``openrelay`` numbers of each batch record, by id; one read per model among the queued ones."""
     live: dict[str, LiveState] = {}
     for model in sorted({b.model for b in found if b.status is BatchStatus.IN_PROGRESS and not b.started}):
-        live.update((yield from _queue_plan(model)))
+        live.update(live_of_model(db, model))
     now = seconds()
-    numbers = {}
+    result = {}
     for batch in found:
         state = None
         if batch.status.value in _CLAIMABLE:
@@ -91,42 +69,31 @@ def numbers_plan(found: Sequence[Batch]) -> Plan[dict[str, dict[str, Any]]]:
                               concurrency_limit=batch.concurrency_limit)
             if not batch.started:
                 state = live.get(batch.id, state)
-        numbers[batch.id] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
-                                             total=batch.total, settled=batch.completed + batch.failed,
-                                             state=state, now=now)
-    return numbers
+        result[batch.id] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
+                                            total=batch.total, settled=batch.completed + batch.failed,
+                                            state=state, now=now)
+    return result
 
 
-def numbers_of(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
-    """``numbers_plan`` run here (the dashboard's pages)."""
-    return run_plan(db, numbers_plan(found))
-
-
-def answer_plan(batch: Batch) -> Plan[dict[str, Any]]:
+def answer(db: Database, batch: Batch) -> dict[str, Any]:
     """``batch`` as the API shows it, with its ``openrelay`` numbers; reads only when it is queued."""
-    answer = batch.as_api()
-    answer["openrelay"] = (yield from numbers_plan([batch]))[batch.id]
-    return answer
+    shown = batch.as_api()
+    shown["openrelay"] = numbers(db, [batch])[batch.id]
+    return shown
 
 
-def answer_of(db: Database, batch: Batch) -> dict[str, Any]:
-    """``answer_plan`` run here (the answers of cancel and metadata edits)."""
-    return run_plan(db, answer_plan(batch))
-
-
-def batch_answer_plan(batches: Batches, key: ApiKey, batch_id: str) -> Plan[dict[str, Any]]:
+def batch_answer(batches: Batches, key: ApiKey, batch_id: str) -> dict[str, Any]:
     """``GET /v1/batches/{id}``: the batch with its progress numbers."""
-    batch = yield from get_batch_plan(batches, key, batch_id)
-    return (yield from answer_plan(batch))
+    return answer(batches.db, get_batch(batches, key, batch_id))
 
 
-def page_answer_plan(batches: Batches, key: ApiKey, **query: Any) -> Plan[dict[str, Any]]:
+def page_answer(batches: Batches, key: ApiKey, **query: Any) -> dict[str, Any]:
     """``GET /v1/batches``: the page, each row with its progress numbers; one read per model of its live rows."""
-    page = yield from list_batches_plan(batches, key, **query)
+    page = list_batches(batches, key, **query)
     rows: list[dict[str, Any]] = page["data"]
     live: dict[str, LiveState] = {}
     for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):
-        live.update((yield from _queue_plan(model)))
+        live.update(live_of_model(batches.db, model))
     now = seconds()
     for row in rows:
         counts = row["request_counts"]

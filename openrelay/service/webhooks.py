@@ -11,8 +11,9 @@ from typing import Any
 from ..catalog import Catalog
 from ..config import Settings
 from ..errors import Conflict, InvalidRequest
-from ..store.webhook_endpoints import ALL_EVENT_TYPES, WebhookEndpoint
-from ..store.webhooks import WebhookStore
+from ..store.webhook_endpoints import ALL_EVENT_TYPES, WebhookEndpoint, WebhookEndpoints
+from ..store.webhook_log import WebhookLog
+from ..store.webhook_outbox import WebhookOutbox
 from ..types import ApiKey, Scope
 from ..webhooks.delivery import Attempt, WebhookDelivery
 from ..webhooks.network import normalized, webhook_url_problem
@@ -42,7 +43,7 @@ def event_types(events: object) -> tuple[str, ...]:
     return tuple(e for e in ALL_EVENT_TYPES if e in events)
 
 
-def register_endpoint(store: WebhookStore, catalog: Catalog, org_id: str, url: object,
+def register_endpoint(endpoints: WebhookEndpoints, catalog: Catalog, org_id: str, url: object,
                       events: tuple[str, ...] | None = None) -> tuple[WebhookEndpoint, str]:
     """The new endpoint, subscribed to ``events`` (``event_types``; None: every type), and its signing secret
     (``whsec_...``), which is never shown again."""
@@ -50,30 +51,30 @@ def register_endpoint(store: WebhookStore, catalog: Catalog, org_id: str, url: o
     if problem is not None:
         raise InvalidRequest(problem, param="url")
     secret = new_secret()
-    endpoint = store.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS, events=events)
+    endpoint = endpoints.add_endpoint(org_id, normalized(str(url)), secret, limit=MAX_ENDPOINTS, events=events)
     if endpoint is None:
         raise Conflict(f"an organization may have at most {MAX_ENDPOINTS} webhook endpoints; remove one first",
                        code="webhook_limit_reached")
     return endpoint, secret
 
 
-def send_test_event(store: WebhookStore, catalog: Catalog, settings: Settings, endpoint_id: str,
-                    org_id: str | None = None) -> Attempt:
+def send_test_event(endpoints: WebhookEndpoints, outbox: WebhookOutbox, webhook_log: WebhookLog, catalog: Catalog,
+                    settings: Settings, endpoint_id: str, org_id: str | None = None) -> Attempt:
     """A ``webhook.test`` event sent to one endpoint now, by the caller's process, signed and checked like
     every delivery and logged like one; a failure is not retried."""
-    endpoint = store.endpoint(endpoint_id, org_id)
-    delivery = WebhookDelivery(store, catalog, settings)
-    due = store.enqueue_test_event(endpoint.id, hold_seconds=delivery.hold_seconds,
-                                   rotation_overlap=settings.webhooks.rotation_overlap_seconds)
+    endpoint = endpoints.endpoint(endpoint_id, org_id)
+    delivery = WebhookDelivery(outbox, webhook_log, catalog, settings)
+    due = outbox.enqueue_test_event(endpoint.id, hold_seconds=delivery.hold_seconds,
+                                    rotation_overlap=settings.webhooks.rotation_overlap_seconds)
     return asyncio.run(delivery.deliver(due, retry=False))
 
 
-def rotate_secret(store: WebhookStore, settings: Settings, endpoint_id: str, org_id: str | None = None,
+def rotate_secret(endpoints: WebhookEndpoints, settings: Settings, endpoint_id: str, org_id: str | None = None,
                   ) -> dict[str, Any]:
     """A new secret for the endpoint, shown once; deliveries are signed by both it and the replaced one for
     ``rotation_overlap_seconds`` (the answer's ``previous_secret_expires_at``), then by the new one alone."""
     secret = new_secret()
-    endpoint = store.rotate_secret(endpoint_id, secret, org_id)
+    endpoint = endpoints.rotate_secret(endpoint_id, secret, org_id)
     assert endpoint.rotated_at is not None  # just set
     until = int(endpoint.rotated_at + settings.webhooks.rotation_overlap_seconds)
     return {**endpoint.as_api(), "secret": secret, "previous_secret_expires_at": until}
@@ -82,26 +83,26 @@ def rotate_secret(store: WebhookStore, settings: Settings, endpoint_id: str, org
 # -- the API ----------------------------------------------------------------------------------------------------
 
 
-def create_webhook(store: WebhookStore, catalog: Catalog, key: ApiKey, raw: bytes) -> dict[str, Any]:
+def create_webhook(endpoints: WebhookEndpoints, catalog: Catalog, key: ApiKey, raw: bytes) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     body = json_object(raw)
     reject_unrecognized(body, _CREATE_FIELDS)
     if "url" not in body:
         raise InvalidRequest("url is required", param="url")
     events = event_types(body["events"]) if "events" in body else None
-    endpoint, secret = register_endpoint(store, catalog, key.org_id, body["url"], events)
+    endpoint, secret = register_endpoint(endpoints, catalog, key.org_id, body["url"], events)
     return {**endpoint.as_api(), "secret": secret}
 
 
-def list_webhooks(store: WebhookStore, key: ApiKey) -> dict[str, Any]:
+def list_webhooks(endpoints: WebhookEndpoints, key: ApiKey) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     # Every endpoint fits one page (at most MAX_ENDPOINTS), so there is never more.
-    return list_page([endpoint.as_api() for endpoint in store.list_endpoints(key.org_id)], has_more=False)
+    return list_page([endpoint.as_api() for endpoint in endpoints.list_endpoints(key.org_id)], has_more=False)
 
 
-def delete_webhook(store: WebhookStore, key: ApiKey, webhook_id: str) -> dict[str, Any]:
+def delete_webhook(endpoints: WebhookEndpoints, key: ApiKey, webhook_id: str) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
-    removed = store.remove_endpoint(webhook_id, key.org_id)
+    removed = endpoints.remove_endpoint(webhook_id, key.org_id)
     return {"id": removed.id, "object": "webhook_endpoint.deleted", "deleted": True}
 
 
@@ -111,24 +112,24 @@ def _no_fields(raw: bytes) -> None:
         reject_unrecognized(json_object(raw), ())
 
 
-def rotate_webhook(store: WebhookStore, settings: Settings, key: ApiKey, webhook_id: str, raw: bytes,
+def rotate_webhook(endpoints: WebhookEndpoints, settings: Settings, key: ApiKey, webhook_id: str, raw: bytes,
                    ) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     _no_fields(raw)
-    return rotate_secret(store, settings, webhook_id, key.org_id)
+    return rotate_secret(endpoints, settings, webhook_id, key.org_id)
 
 
-def list_webhook_deliveries(store: WebhookStore, key: ApiKey, webhook_id: str, *, limit: int, after: str | None,
-                            ) -> dict[str, Any]:
+def list_webhook_deliveries(endpoints: WebhookEndpoints, webhook_log: WebhookLog, key: ApiKey, webhook_id: str, *,
+                            limit: int, after: str | None) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     if not 1 <= limit <= 100:
         raise InvalidRequest("limit must be between 1 and 100", param="limit")
-    endpoint = store.endpoint(webhook_id, key.org_id)
-    found, more = store.list_deliveries(endpoint.id, limit=limit, after=after)
+    endpoint = endpoints.endpoint(webhook_id, key.org_id)
+    found, more = webhook_log.list_deliveries(endpoint.id, limit=limit, after=after)
     return list_page([delivery.as_api() for delivery in found], has_more=more)
 
 
-def replay_webhook_delivery(store: WebhookStore, key: ApiKey, delivery_id: str, raw: bytes) -> dict[str, Any]:
+def replay_webhook_delivery(webhook_log: WebhookLog, key: ApiKey, delivery_id: str, raw: bytes) -> dict[str, Any]:
     require(key, Scope.BATCH_WRITE)
     _no_fields(raw)
-    return store.replay_delivery(delivery_id, key.org_id).as_api()
+    return webhook_log.replay_delivery(delivery_id, key.org_id).as_api()

@@ -1,5 +1,5 @@
-"""The dashboard's text search (``q``) through an index: what migration 0020 creates, and the condition a search
-uses.
+"""The dashboard's text search (``q``) through an index: what the baseline migration's hook creates, and the
+condition a search uses.
 
 The meaning stays what it was as a scan: a case-insensitive substring of the batch id or of the metadata's
 stored JSON text (keys and values, as ``_json_spelling`` spells the text there). The index only narrows the rows
@@ -39,7 +39,6 @@ _SQLITE_INDEX = (
     "CREATE TRIGGER batch_text_update AFTER UPDATE OF metadata ON batches BEGIN "
     "INSERT INTO batch_text (batch_text, rowid, id, metadata) VALUES ('delete', old.rowid, old.id, old.metadata); "
     "INSERT INTO batch_text (rowid, id, metadata) VALUES (new.rowid, new.id, new.metadata); END",
-    "INSERT INTO batch_text (batch_text) VALUES ('rebuild')",  # the batches made before the migration
 )
 _POSTGRES_INDEX = (
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
@@ -49,7 +48,7 @@ _POSTGRES_INDEX = (
 
 
 def create_text_index(conn: Connection) -> None:
-    """Migration 0020's hook: the text index of this store, filled with the batches there are."""
+    """The baseline migration's hook: the text index of a new store."""
     for statement in _SQLITE_INDEX if conn.dialect.name == "sqlite" else _POSTGRES_INDEX:
         conn.exec_driver_sql(statement)
 

@@ -1,9 +1,8 @@
-"""Batch rows as the API sees them: create, read, list, cancel, metadata. The workers' claims, leases and retry
-marks are ``store/leases.py``'s; row and record, each way, ``store/batch_rows.py``'s."""
+"""Batch rows as the API sees them: create, read, cancel, metadata (a list: ``store/batch_search.py``). The workers'
+claims, leases and retry marks are ``store/leases.py``'s; row and record, each way, ``store/batch_rows.py``'s."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import orjson
@@ -12,71 +11,26 @@ import sqlalchemy as sa
 from ..clock import now
 from ..errors import Conflict, no_such
 from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
-from .batch_rows import API_COLUMNS, COLUMNS, api_from_values, batch_from_values, batch_values
+from .batch_rows import batch_from_row, batch_values
 from .budgets import reserve
-from .compiled import AllRows, CompiledRead, FirstRow, Plan, run_plan
-from .db import holds_nul
+from .db import Database, holds_nul, in_order_after
 from .ended_counts import count_ended
 from .files import insert_file
 from .idempotency import Claim, complete_claim
-from .leases import BatchLeases
-from .notices import announce
 from .schema import batches
-from .tags import insert_tags, replace_tags, tagged
+from .tags import insert_tags, replace_tags
 
 __all__ = ["Batches"]
 
-_GET = CompiledRead(sa.select(*COLUMNS).where(batches.c.id == sa.bindparam("batch_id"),
-                                              batches.c.org_id == sa.bindparam("org_id")), cache_by="org_id")
+_GET = sa.select(batches).where(batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id"))
 _INSERT = batches.insert()
-_ANCHOR = CompiledRead(sa.select(batches.c.created_ns, batches.c.id).where(
-    batches.c.id == sa.bindparam("batch_id"), batches.c.org_id == sa.bindparam("org_id")), cache_by="org_id")
 
 
-@functools.cache
-def _list_query(*, status: bool, model: bool, tag: bool, after: bool) -> CompiledRead:
-    """The page query for one combination of filters, newest first, limited in SQL, selecting
-    ``API_COLUMNS``. Each walks an index backwards and stops after the page: (org_id, created_ns, id)
-    unfiltered, (org_id, status, ...) or (org_id, model, ...) filtered, and with a tag the tag's range of
-    batch_tags (store/tags.py)."""
-    org_id = sa.bindparam("org_id")
-    if tag:
-        source, conditions, order = tagged(org_id, [sa.bindparam("tag")])
-        query = sa.select(*API_COLUMNS).select_from(source).where(*conditions)
-    else:
-        order = (batches.c.created_ns, batches.c.id)
-        query = sa.select(*API_COLUMNS).where(batches.c.org_id == org_id)
-    if status:
-        query = query.where(batches.c.status == sa.bindparam("status"))
-    if model:
-        query = query.where(batches.c.model == sa.bindparam("model"))
-    if after:
-        query = query.where(sa.tuple_(*order) < sa.tuple_(sa.bindparam("after_ns"), sa.bindparam("after_id")))
-    query = query.order_by(*(column.desc() for column in order))
-    return CompiledRead(query.limit(sa.bindparam("rows")), cache_by="org_id")
+class Batches:
+    """Batch rows as the API reads and edits them (the workers' claims and leases: ``store/leases.py``)."""
 
-
-@functools.cache
-def _endpoint_query(*, after: bool, before: bool) -> CompiledRead:
-    """A page of one endpoint's batches as records (``COLUMNS``): newest first, older than ``after`` (the
-    anchor's ``created_ns`` and id), or the page just newer than ``before`` read oldest first; index
-    ``ix_batches_org_endpoint_order``."""
-    order = sa.tuple_(batches.c.created_ns, batches.c.id)
-    anchor = sa.tuple_(sa.bindparam("anchor_ns"), sa.bindparam("anchor_id"))
-    query = sa.select(*COLUMNS).where(batches.c.org_id == sa.bindparam("org_id"),
-                                      batches.c.endpoint == sa.bindparam("endpoint"))
-    if after:
-        query = query.where(order < anchor)
-    if before:
-        query = query.where(order > anchor)
-    columns = (batches.c.created_ns, batches.c.id)
-    query = query.order_by(*(c.asc() if before else c.desc() for c in columns))
-    return CompiledRead(query.limit(sa.bindparam("rows")), cache_by="org_id")
-
-
-class Batches(BatchLeases):
-    """Batch rows as the API reads and edits them; the workers' claims and leases come from ``BatchLeases``
-    (``store/leases.py``), so the one store object serves both."""
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def create(self, batch: Batch, created_ns: int, new_files: list[dict[str, Any]], *,
                claim: Claim | None = None, answer: bytes = b"", reserve_for: ApiKey | None = None,
@@ -98,75 +52,29 @@ class Batches(BatchLeases):
                                    "output_expires_seconds": output_expires_seconds})
             insert_tags(conn, batch_id=batch.id, org_id=batch.org_id, created_ns=created_ns,
                         metadata=batch.metadata)
-            announce(conn, org_id=batch.org_id)
             if claim is not None:
                 complete_claim(conn, claim, answer)
 
     def get(self, org_id: str, batch_id: str) -> Batch:
-        return run_plan(self.db, self.get_plan(org_id, batch_id))
-
-    @staticmethod
-    def get_plan(org_id: str, batch_id: str) -> Plan[Batch]:
-        """``get`` as a plan (``store.compiled``), which the API's event loop may run without a thread."""
-        values = None
+        row = None
         if not holds_nul(batch_id):
-            values = yield FirstRow(_GET, {"batch_id": batch_id, "org_id": org_id})
-        if values is None:
+            with self.db.read() as conn:
+                row = conn.execute(_GET, {"batch_id": batch_id, "org_id": org_id}).first()
+        if row is None:
             raise no_such("Batch", batch_id, param="batch_id")
-        return batch_from_values(values)
-
-    def list_api(self, org_id: str, *, limit: int, after: str | None, status: str | None = None,
-                 model: str | None = None, tag: str | None = None) -> tuple[list[dict[str, Any]], bool]:
-        """A page of batches as the API shows them (``Batch.as_api``), newest first, after the batch ``after``
-        (404 when the organization has none such); one more row than ``limit`` is read to tell whether there
-        are more."""
-        return run_plan(self.db, self.list_api_plan(org_id, limit=limit, after=after, status=status, model=model,
-                                                    tag=tag))
-
-    @staticmethod
-    def list_api_plan(org_id: str, *, limit: int, after: str | None, status: str | None = None,
-                      model: str | None = None, tag: str | None = None) -> Plan[tuple[list[dict[str, Any]], bool]]:
-        """``list_api`` as a plan."""
-        if holds_nul(after):
-            raise no_such("Batch", after, param="after")
-        if holds_nul(model, tag):
-            return [], False  # no batch's model or tag holds NUL (and PostgreSQL cannot be asked about one)
-        params: dict[str, Any] = {"org_id": org_id, "rows": limit + 1}
-        if status:
-            params["status"] = status
-        if model:
-            params["model"] = model
-        if tag:
-            params["tag"] = tag  # one tag, exactly as sent: it equals a stored (trimmed) tag or nothing
-        query = _list_query(status=bool(status), model=bool(model), tag=bool(tag), after=bool(after))
-        if after:
-            anchor = yield FirstRow(_ANCHOR, {"batch_id": after, "org_id": org_id})
-            if anchor is None:
-                raise no_such("Batch", after, param="after")
-            params["after_ns"], params["after_id"] = anchor
-        found = [api_from_values(v) for v in (yield AllRows(query, params))]
-        return found[:limit], len(found) > limit
+        return batch_from_row(row)
 
     def list_of_endpoint(self, org_id: str, endpoint: str, *, limit: int, after: str | None = None,
                          before: str | None = None) -> tuple[list[Batch], bool]:
         """A page of the organization's batches on ``endpoint``, newest first: after the batch ``after``, or the
-        page just before ``before`` (404 for an anchor it has none such of); and whether more lie that way."""
-        return run_plan(self.db, self._endpoint_page_plan(org_id, endpoint, limit=limit, after=after, before=before))
-
-    @staticmethod
-    def _endpoint_page_plan(org_id: str, endpoint: str, *, limit: int, after: str | None,
-                            before: str | None) -> Plan[tuple[list[Batch], bool]]:
-        params: dict[str, Any] = {"org_id": org_id, "endpoint": endpoint, "rows": limit + 1}
-        anchor_id = after or before
-        if anchor_id is not None:
-            anchor = None
-            if not holds_nul(anchor_id):
-                anchor = yield FirstRow(_ANCHOR, {"batch_id": anchor_id, "org_id": org_id})
-            if anchor is None:
-                raise no_such("Batch", anchor_id, param="after_id" if after else "before_id")
-            params["anchor_ns"], params["anchor_id"] = anchor
-        rows = yield AllRows(_endpoint_query(after=after is not None, before=before is not None), params)
-        found = [batch_from_values(v) for v in rows[:limit]]
+        page just before ``before`` (404 for an anchor it has none such of); and whether more lie that way. Index
+        ``ix_batches_org_endpoint_order``."""
+        query = sa.select(batches).where(batches.c.org_id == org_id, batches.c.endpoint == endpoint)
+        with self.db.read() as conn:
+            query = in_order_after(conn, batches, query, org_id=org_id, after=after or before, kind="Batch",
+                                   oldest_first=bool(before), param="after_id" if after else "before_id")
+            rows = conn.execute(query.limit(limit + 1)).all()
+        found = [batch_from_row(row) for row in rows[:limit]]
         return (found[::-1] if before else found), len(rows) > limit
 
     def request_cancel(self, org_id: str, batch_id: str) -> Batch:
@@ -178,8 +86,6 @@ class Batches(BatchLeases):
                 batches.c.status.in_(CANCELLABLE_VALUES),
             ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
                       retry_at=None))  # a batch backing off after a failed run has its cancel done at once
-            if done.rowcount:
-                announce(conn, org_id=org_id)
         batch = self.get(org_id, batch_id)
         if done.rowcount == 0 and batch.terminal:
             raise Conflict(f"Cannot cancel a batch with status '{batch.status.value}'.", code="batch_terminal")
@@ -201,5 +107,4 @@ class Batches(BatchLeases):
             replace_tags(conn, batch_id=batch_id, org_id=org_id, created_ns=changed.created_ns, metadata=metadata)
             if ended:
                 count_ended(conn, [batch_id], sign=1)
-            announce(conn, org_id=org_id)
         return self.get(org_id, batch_id)

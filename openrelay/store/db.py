@@ -1,4 +1,6 @@
-"""The database connection: one SQLAlchemy engine for SQLite or PostgreSQL, and ordered migrations.
+"""The store's one reader and writer: a SQLAlchemy engine for SQLite or PostgreSQL, with a sync face (``read``,
+``write``) and an async face (``run``), every driver error mapped once (``_driver_errors``); and ordered migrations.
+The read path in one page: docs/design.md, "Reading the store".
 
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts ``BEGIN IMMEDIATE`` so two
 processes (``orl serve`` and ``orl admin``) never deadlock upgrading a read lock to a write lock. Within one process
@@ -8,12 +10,13 @@ locked sleeps in the busy handler (1, 2, 5, 10 ms and on) rather than waking whe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import threading
 from collections.abc import Callable, Iterator
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -23,12 +26,10 @@ from ..clock import now
 from ..config import DatabasePool
 from ..errors import StoreError, StoreUnavailable, no_such
 from .batch_text import create_text_index
-from .notice_triggers import coalesce_change_notices, create_change_trigger, drop_change_triggers
-from .notices import Notifier, collect_announced, stop_collecting
-from .tags import backfill_batch_tags
 
-__all__ = ["Database", "database_error", "normalize_url", "in_order_after", "holds_nul", "MIGRATIONS", "BACKFILLS"]
+__all__ = ["Database", "normalize_url", "in_order_after", "holds_nul", "MIGRATIONS", "BASELINE", "HOOKS"]
 
+T = TypeVar("T")
 _WRITE = "openrelay_write"
 
 
@@ -39,17 +40,19 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def database_error(exc: sa.exc.SQLAlchemyError, *, is_sqlite: bool) -> StoreError:
-    """A driver error as ours: a PostgreSQL server that cannot be reached or dropped the connection (refused,
-    restarting, timed out: ``OperationalError``, an invalidated connection) is ``StoreUnavailable``, worth trying
-    again later; anything else ``StoreError``. SQLite's OperationalError is a local file's (locked, missing
-    table): no server to wait for."""
-    message = f"database error: {exc.__class__.__name__}: {exc}"
-    unreachable = isinstance(exc, sa.exc.OperationalError | sa.exc.DisconnectionError) or getattr(
-        exc, "connection_invalidated", False)
-    if unreachable and not is_sqlite:
-        return StoreUnavailable(message)
-    return StoreError(message)
+@contextlib.contextmanager
+def _driver_errors(*, is_sqlite: bool) -> Iterator[None]:
+    """Every driver error as ours, in one place (httpx's ``map_exceptions``): a PostgreSQL server that cannot be
+    reached, dropped the connection or did not give one in time (``OperationalError``, a disconnect, the pool's
+    timeout) is ``StoreUnavailable`` (503, worth trying again later); anything else ``StoreError``. SQLite's
+    OperationalError is a local file's (locked, missing table): no server to wait for."""
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as exc:
+        message = f"database error: {exc.__class__.__name__}: {exc}"
+        unreachable = isinstance(exc, sa.exc.OperationalError | sa.exc.DisconnectionError | sa.exc.TimeoutError) \
+            or getattr(exc, "connection_invalidated", False)
+        raise (StoreUnavailable if unreachable and not is_sqlite else StoreError)(message) from exc
 
 
 def _migration_files() -> list[tuple[int, str, str]]:
@@ -63,16 +66,12 @@ def _migration_files() -> list[tuple[int, str, str]]:
 
 
 MIGRATIONS = _migration_files()
+BASELINE = MIGRATIONS[0][0]  # a new store starts here; one made before it holds every version up to it
 
-# Rows a migration derives that SQL cannot derive the same way on both stores: run right after that version's
-# SQL, in its transaction, so the version is applied with its rows or not at all. Each hook reads and writes the
-# tables as of its version (not schema.py's), since later migrations may change them.
-BACKFILLS: dict[int, Callable[[Connection], None]] = {
-    6: backfill_batch_tags,  # batch_tags from each batch's tags metadata, split as types.tag_list splits it
-    10: create_change_trigger,  # PostgreSQL's trigger of change notices (a function body: not split on ";")
-    15: coalesce_change_notices,  # the same, at most once per organization per openrelay.notice_seconds
-    20: create_text_index,  # q's index: FTS5 with triggers on SQLite, pg_trgm on PostgreSQL, filled
-    21: drop_change_triggers,  # no more: the process that writes notifies after its commit (store/notices.py)
+# What a version does that its SQL cannot do the same way on both stores, run right after that SQL, in its
+# transaction, so the version is applied whole or not at all.
+HOOKS: dict[int, Callable[[Connection], None]] = {
+    21: create_text_index,  # q's index: FTS5 with triggers on SQLite, pg_trgm on PostgreSQL
 }
 
 
@@ -92,37 +91,31 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
+            # A pooled connection the server dropped (a restart) is found by the pre-ping and replaced; a server
+            # that is away answers StoreUnavailable within ``pool.connect_seconds``, never hangs.
             self.engine = sa.create_engine(self.url, pool_size=pool.size, max_overflow=pool.overflow,
-                                           pool_pre_ping=True)
-        self.notifier = None if self.is_sqlite else Notifier(
-            self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False))
+                                           pool_pre_ping=True, pool_timeout=pool.connect_seconds,
+                                           connect_args={"connect_timeout": pool.connect_seconds})
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
-        try:
-            with self.engine.connect() as conn, conn.begin():
-                yield conn
-        except sa.exc.SQLAlchemyError as exc:
-            raise database_error(exc, is_sqlite=self.is_sqlite) from exc
+        """The sync face: a read transaction (one snapshot) on a pooled connection."""
+        with _driver_errors(is_sqlite=self.is_sqlite), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    async def run(self, read: Callable[..., T], *args: Any) -> T:
+        """The async face: ``read(*args)``, a function that reads through ``read()``, for the event loop. It runs
+        on the loop's executor (a thread), as procrastinate's sync connectors run their async calls: the loop
+        never waits on the driver."""
+        return await asyncio.get_running_loop().run_in_executor(None, read, *args)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction. On PostgreSQL, what it announces (``notices.announce``) is notified once it has
-        committed, by this process's notifier."""
-        try:
-            with self._writer, self.engine.connect() as raw:
-                conn = raw.execution_options(**{_WRITE: True})
-                announced = collect_announced(conn) if self.notifier is not None else None
-                try:
-                    with conn.begin():
-                        yield conn
-                finally:
-                    if announced is not None:
-                        stop_collecting(conn)
-        except sa.exc.SQLAlchemyError as exc:
-            raise database_error(exc, is_sqlite=self.is_sqlite) from exc
-        if announced and self.notifier is not None:
-            self.notifier.changed(announced)
+        """A write transaction: SQLite's ``BEGIN IMMEDIATE``, behind this process's other writers."""
+        with _driver_errors(is_sqlite=self.is_sqlite), self._writer, self.engine.connect() as raw:
+            conn = raw.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
 
     def clock(self, conn: Connection) -> float:
         """Seconds since the epoch by the database's clock. Leases are shared by workers on many machines, so
@@ -138,18 +131,21 @@ class Database:
         conn.execute(sa.text("INSERT INTO model_locks (model) VALUES (:m) ON CONFLICT DO NOTHING"), {"m": model})
         conn.execute(sa.text("SELECT model FROM model_locks WHERE model = :m FOR UPDATE"), {"m": model})
 
-    def migrate(self, *, upto: int | None = None) -> list[int]:
-        """Apply every migration not yet applied (up to version ``upto``, for tests of a migration's backfill),
-        in order, each in its own transaction with its backfill (``BACKFILLS``). Safe to race."""
+    def migrate(self) -> list[int]:
+        """Apply every migration not yet applied, in order, each in its own transaction with its hook
+        (``HOOKS``); safe to race. A store older than ``BASELINE`` is refused: upgrade it first with a release
+        that still has the migrations before it (docs/deploy.md, "Upgrades")."""
         applied: list[int] = []
         with self.write() as conn:
             conn.execute(sa.text(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at BIGINT NOT NULL)"
             ))
+            newest = conn.execute(sa.text("SELECT max(version) FROM schema_migrations")).scalar()
+        if newest is not None and newest < BASELINE:
+            raise StoreError(f"this store's schema is at version {newest}, before {BASELINE}, where this release's "
+                             "migrations start: upgrade it with an earlier release first (docs/deploy.md, Upgrades)")
         for version, name, sql in MIGRATIONS:
-            if upto is not None and version > upto:
-                break
             with self.write() as conn:
                 if not self.is_sqlite:
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(727274)"))
@@ -159,16 +155,14 @@ class Database:
                     continue
                 for statement in _statements(sql):
                     conn.exec_driver_sql(statement)
-                if version in BACKFILLS:
-                    BACKFILLS[version](conn)
+                if version in HOOKS:
+                    HOOKS[version](conn)
                 conn.execute(sa.text("INSERT INTO schema_migrations (version, name, applied_at) "
                                      "VALUES (:v, :n, :t)"), {"v": version, "n": name, "t": now()})
                 applied.append(version)
         return applied
 
     def dispose(self) -> None:
-        if self.notifier is not None:
-            self.notifier.close()  # what this process changed is notified before it goes
         self.engine.dispose()
 
 
@@ -179,15 +173,15 @@ def holds_nul(*texts: str | None) -> bool:
 
 
 def in_order_after(conn: Connection, table: sa.Table, query: sa.Select, *, org_id: str, after: str | None,
-                   kind: str, oldest_first: bool = False) -> sa.Select:
-    """``query`` ordered newest first (or oldest first), starting after the row ``after`` (404 when the
-    organization has none)."""
+                   kind: str, oldest_first: bool = False, param: str = "after") -> sa.Select:
+    """``query`` ordered newest first (or oldest first), starting after the row ``after`` (404 naming ``param``
+    when the organization has none)."""
     key = sa.tuple_(table.c.created_ns, table.c.id)
     if after:
         anchor = None if holds_nul(after) else conn.execute(
             sa.select(table.c.created_ns, table.c.id).where(table.c.id == after, table.c.org_id == org_id)).first()
         if anchor is None:
-            raise no_such(kind, after, param="after")
+            raise no_such(kind, after, param=param)
         query = query.where(key > sa.tuple_(*anchor) if oldest_first else key < sa.tuple_(*anchor))
     if oldest_first:
         return query.order_by(table.c.created_ns, table.c.id)

@@ -15,7 +15,6 @@ from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
 from .fair_share import Share, fair_queue, read_shares, record_start
-from .notices import announce
 from .schema import batches
 
 __all__ = ["BatchLeases", "end_run"]
@@ -81,7 +80,6 @@ class BatchLeases:
                 return None  # another worker's claim won; the next tick looks again
             if queued is not None:
                 record_start(conn, model=queued.model, org_id=queued.org_id, clock=clock, is_sqlite=self.db.is_sqlite)
-            announce(conn, org_id=taken.org_id)  # started, or ending: a poll shows where it is
             return batch_from_row(taken).claimed_at(clock, local, from_queue=queued is not None)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
@@ -127,12 +125,11 @@ class BatchLeases:
     def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None) -> None:
         """Record the adaptive concurrency limit this worker runs the batch at now (the progress object shows it).
         Fenced by the lease: a worker that lost it writes nothing, and is not told (its run ends on the next
-        renewal). An unchanged limit writes no row, so it sends no change notice (store/notices.py)."""
+        renewal). An unchanged limit writes no row."""
         with self.db.write() as conn:
-            if conn.execute(batches.update().where(
-                    batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-                    batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit)).rowcount:
-                announce(conn, batch_id=batch_id)
+            conn.execute(batches.update().where(
+                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
+                batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit))
 
     def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
         """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)
@@ -141,10 +138,9 @@ class BatchLeases:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                          .values(lease_owner=None, lease_expires_at=None, started=False, run_failures=failures,
                                  retry_at=self.db.clock(conn) + delay))
-            announce(conn, batch_id=batch_id)
 
     def release(self, batch_id: str, worker_id: str) -> None:
-        """Give up the lease (a worker that drains): no poll shows it, so no notice."""
+        """Give up the lease (a worker that drains)."""
         with self.db.write() as conn:
             conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
                          .values(lease_owner=None, lease_expires_at=None))
@@ -152,11 +148,10 @@ class BatchLeases:
     def mark_running(self, batch_id: str, worker_id: str, concurrency_limit: int | None) -> None:
         """The first request is about to start: the queue wait ends here (``in_progress_at``, set once), and the
         row shows the concurrency the run starts at (as ``set_concurrency_limit`` keeps it), in one write. Fenced
-        by the lease; a row that would not change is not written (no change notice)."""
+        by the lease; a row that would not change is not written."""
         with self.db.write() as conn:
-            if conn.execute(_MARK_RUNNING, {"batch_id": batch_id, "owner": worker_id, "limit": concurrency_limit,
-                                            "stamp": now()}).rowcount:
-                announce(conn, batch_id=batch_id)
+            conn.execute(_MARK_RUNNING, {"batch_id": batch_id, "owner": worker_id, "limit": concurrency_limit,
+                                         "stamp": now()})
 
     def end_run(self, batch_id: str, worker_id: str, *, may_complete: bool) -> Batch:
         """The batch as its run ends (its last chunk committed), read in one write that, when ``may_complete``
@@ -171,7 +166,7 @@ class BatchLeases:
 _c = batches.c
 _CLOCK = sa.bindparam("clock", type_=sa.Float)
 _PROMOTE = (batches.update().where(_c.status == BatchStatus.VALIDATING.value)
-            .values(status=BatchStatus.IN_PROGRESS.value).returning(_c.org_id))
+            .values(status=BatchStatus.IN_PROGRESS.value))
 _FREE = sa.or_(_c.lease_owner.is_(None), _c.lease_expires_at < _CLOCK)
 _READY = sa.or_(_c.retry_at.is_(None), _c.retry_at <= _CLOCK)  # not waiting out the backoff after a failed run
 _TAKE = (batches.update().where(_c.id == sa.bindparam("batch_id"), _FREE)
@@ -218,9 +213,8 @@ def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
 
 def end_run(conn: Connection, batch_id: str, worker_id: str, *, may_complete: bool) -> Batch:
     """``BatchLeases.end_run`` in the caller's transaction (also a run's last chunk's: ``Results.commit_chunk``)."""
-    if may_complete and conn.execute(_FINALIZING_WHEN_DONE, {"batch_id": batch_id, "owner": worker_id,
-                                                             "stamp": now()}).rowcount:
-        announce(conn, batch_id=batch_id)
+    if may_complete:
+        conn.execute(_FINALIZING_WHEN_DONE, {"batch_id": batch_id, "owner": worker_id, "stamp": now()})
     row = conn.execute(_BY_ID, {"batch_id": batch_id}).first()
     if row is None:
         raise no_such("Batch", batch_id)
@@ -228,8 +222,5 @@ def end_run(conn: Connection, batch_id: str, worker_id: str, *, may_complete: bo
 
 
 def _promote_validated(conn: Connection) -> int:
-    """Validated batches join their queues; their organizations' polls are told."""
-    orgs = list(conn.execute(_PROMOTE).scalars())
-    for org_id in set(orgs):
-        announce(conn, org_id=org_id)
-    return len(orgs)
+    """Validated batches join their queues; how many."""
+    return conn.execute(_PROMOTE).rowcount

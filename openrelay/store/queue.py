@@ -16,24 +16,22 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from ..types import CLAIMABLE_VALUES, BatchStatus, Priority
-from .compiled import AllRows, CompiledRead, Plan
+from .db import Database
 from .fair_share import NEVER_STARTED
 from .schema import batches, model_shares
 
-__all__ = ["LiveBatch", "LiveState", "queue_order", "queue_plan"]
+__all__ = ["LiveBatch", "LiveState", "queue_order", "live_of_model"]
 
 _CLAIMABLE = CLAIMABLE_VALUES
 
 
-@dataclass(frozen=True, slots=True)
-class LiveBatch:
-    """One live batch of a model, as its queue is replayed from."""
+class LiveBatch(NamedTuple):
+    """One live batch of a model, as its queue is replayed from: the first columns of a row of ``live_of_model``."""
 
     id: str
     org_id: str
@@ -48,15 +46,9 @@ _IN_PROGRESS = BatchStatus.IN_PROGRESS.value
 _EXPEDITED = Priority.EXPEDITED.value
 
 
-def queue_order(live: Iterable[LiveBatch]) -> dict[str, int]:
-    """Each queued batch's position (1 = taken next) among the given live batches of one model."""
-    return _positions([(b.id, b.org_id, b.priority, b.created_ns, b.started, b.status, b.org_last_start)
-                       for b in live])
-
-
-def _positions(rows: Sequence[Sequence[Any]]) -> dict[str, int]:
-    """``queue_order`` of rows that begin (id, org_id, priority, created_ns, started, status, org_last_start):
-    plain tuples, since a poll of a queued batch runs this over every live batch of its model."""
+def queue_order(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
+    """Each queued batch's position (1 = taken next) among the live batches of one model (``LiveBatch``, or rows
+    that begin as one does)."""
     running: dict[str, int] = {}
     turns: dict[str, tuple[int, float]] = {}  # (0, the stored turn); a start replayed here: (1, its place)
     expedited: list[tuple[int, str, str]] = []
@@ -99,22 +91,23 @@ class LiveState(NamedTuple):
     concurrency_limit: int | None = None
 
 
-def _live_of_model() -> CompiledRead:
+def _live_of_model() -> sa.Select:
     c = batches.c
     live = sa.or_(*(c.status == sa.literal_column(f"'{status}'") for status in _CLAIMABLE))
     turns = batches.outerjoin(model_shares, sa.and_(model_shares.c.model == c.model,
                                                    model_shares.c.org_id == c.org_id))
-    return CompiledRead(sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status,
-                                  model_shares.c.last_started_at, c.throughput_window, c.concurrency_limit)
-                        .select_from(turns).where(live, c.model == sa.bindparam("model")))
+    return (sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, model_shares.c.last_started_at,
+                      c.throughput_window, c.concurrency_limit)
+            .select_from(turns).where(live, c.model == sa.bindparam("model")))
 
 
 _LIVE_OF_MODEL = _live_of_model()
 
 
-def queue_plan(model: str) -> Plan[dict[str, LiveState]]:
+def live_of_model(db: Database, model: str) -> dict[str, LiveState]:
     """Every live batch of ``model``, by id, with its queue position (``queue_order``): one read."""
-    rows: list[tuple[Any, ...]] = yield AllRows(_LIVE_OF_MODEL, {"model": model})
-    positions = _positions(rows)
+    with db.read() as conn:
+        rows = conn.execute(_LIVE_OF_MODEL, {"model": model}).all()
+    positions = queue_order(rows)
     get = positions.get
     return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8]) for r in rows}

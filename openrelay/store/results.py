@@ -24,7 +24,6 @@ from .db import Database
 from .ended_counts import count_ended
 from .files import insert_file
 from .leases import end_run
-from .notices import announce
 from .schema import batch_chunks, batches
 from .throughput import add_flush
 from .webhook_outbox import enqueue_batch_event
@@ -107,7 +106,6 @@ class Results:
                 "d_reasoning": chunk.reasoning_tokens, "d_cost": chunk.cost_nano_usd})
             if done.rowcount == 0:
                 raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
-            announce(conn, batch_id=batch_id)  # its organization is read by the notice, after the commit
             conn.execute(batch_chunks.insert(), {
                 "batch_id": batch_id, "seq": chunk.seq, "out_key": chunk.out_key, "err_key": chunk.err_key,
                 "lines": orjson.dumps(chunk.lines).decode(), "completed": chunk.completed, "failed": chunk.failed,
@@ -155,7 +153,6 @@ class Results:
         if done.rowcount == 0:
             raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
         count_ended(conn, [batch_id], sign=1)  # the summary's counters, with the status (store/ended_counts.py)
-        announce(conn, org_id=org_id)
         # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
         enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
                             stamp=stamp, errors=errors)

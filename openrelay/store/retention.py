@@ -17,7 +17,6 @@ from ..blobs.keys import batch_folder
 from ..types import DAY_SECONDS, TERMINAL_VALUES
 from .db import Database
 from .ended_counts import count_ended
-from .notices import announce
 from .schema import (
     batch_chunks,
     batch_tags,
@@ -188,8 +187,6 @@ class Retention:
         conn.execute(batch_tags.delete().where(batch_tags.c.batch_id.in_(ids)))
         conn.execute(batch_chunks.delete().where(batch_chunks.c.batch_id.in_(ids)))
         conn.execute(batches.delete().where(batches.c.id.in_(ids)))
-        for org_id in {r.org_id for r in rows}:
-            announce(conn, org_id=org_id)
         self._queue(conn, [r.blob_key for r in found])
         self._queue(conn, [batch_folder(batch_id) for batch_id in ids], folder=True)
         return Pruned(rows=len(ids), files=len(found), bytes=sum(r.bytes for r in found), more=len(ids) == limit)
@@ -222,11 +219,8 @@ class Retention:
                     continue
                 chosen = sa.select(key).where(where).limit(limit)
                 if name == "throughput_windows":
-                    orgs = list(conn.execute(batches.update().where(batches.c.id.in_(chosen))
-                                             .values(throughput_window=None).returning(batches.c.org_id)).scalars())
-                    for org_id in set(orgs):
-                        announce(conn, org_id=org_id)
-                    count = len(orgs)
+                    count = conn.execute(batches.update().where(batches.c.id.in_(chosen))
+                                         .values(throughput_window=None)).rowcount
                 else:  # every row whose key is among those chosen (for keys that are no primary key: a few more)
                     count = conn.execute(key.table.delete().where(key.in_(chosen))).rowcount
                 found[name] = Pruned(rows=count, more=count >= limit)

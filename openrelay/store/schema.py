@@ -1,5 +1,5 @@
-"""Every table of the store, as SQLAlchemy Core. The ordered migrations (``store/migrations/*.sql``, applied by
-``store/db.py``) create exactly this schema; ``tests/unit/test_migrations.py`` proves the two agree."""
+"""Every table of the store, as SQLAlchemy Core. The baseline and the migrations after it (``store/migrations/*.sql``,
+applied by ``store/db.py``) create exactly this schema; ``tests/unit/test_migrations.py`` proves the two agree."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from sqlalchemy import (
     text,
 )
 
-__all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks",
-           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags", "workers"]
+__all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks", "model_shares",
+           "engine_limits", "idempotency_keys", "web_sessions", "batch_tags", "workers", "webhook_endpoints",
+           "webhook_events", "webhook_deliveries", "webhook_attempts", "sweeps", "blob_deletions", "ended_batch_counts"]
 
 metadata = MetaData()
 
 organizations = Table(
-    "organizations",
-    metadata,
+    "organizations", metadata,
     Column("id", String(40), primary_key=True),
     Column("name", String(200), nullable=False, unique=True),
     Column("expedited_enabled", Boolean, nullable=False, default=True),
@@ -34,8 +34,7 @@ organizations = Table(
 )
 
 api_keys = Table(
-    "api_keys",
-    metadata,
+    "api_keys", metadata,
     Column("id", String(40), primary_key=True),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("key_hash", String(64), nullable=False, unique=True),  # sha256 hex of the secret
@@ -50,8 +49,7 @@ api_keys = Table(
 )
 
 files = Table(
-    "files",
-    metadata,
+    "files", metadata,
     Column("id", String(80), primary_key=True),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("purpose", String(40), nullable=False),
@@ -66,8 +64,7 @@ files = Table(
 )
 
 batches = Table(
-    "batches",
-    metadata,
+    "batches", metadata,
     Column("id", String(40), primary_key=True),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("key_id", String(40), ForeignKey("api_keys.id"), nullable=False),
@@ -129,8 +126,7 @@ batches = Table(
 # (store/tags.py). The index answers "this organization's batches with tag T, newest first" without a scan;
 # ``created_ns`` is the batch's, copied so that the index alone gives the order.
 batch_tags = Table(
-    "batch_tags",
-    metadata,
+    "batch_tags", metadata,
     Column("batch_id", String(40), ForeignKey("batches.id"), nullable=False),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("tag", String(512), nullable=False),  # a metadata value holds at most 512 characters
@@ -142,8 +138,7 @@ batch_tags = Table(
 # One row per durable flush of a running batch: the result lines it wrote (in blobs) and what they added up to.
 # The union of ``lines`` over a batch's chunks is the set of records already settled; a restart skips them.
 batch_chunks = Table(
-    "batch_chunks",
-    metadata,
+    "batch_chunks", metadata,
     Column("batch_id", String(40), ForeignKey("batches.id"), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("out_key", String(200)),
@@ -164,29 +159,25 @@ batch_chunks = Table(
 
 # A row per model, locked while a worker claims a batch of that model, so two workers never overfill its slots.
 model_locks = Table(
-    "model_locks",
-    metadata,
+    "model_locks", metadata,
     Column("model", String(200), primary_key=True),
 )
 
 # Each organization's turn at each model's slots (store/fair_share.py, migration 0015): when its last queued batch
 # of the model started, by the database's clock, written by that claim under the model's lock.
 model_shares = Table(
-    "model_shares",
-    metadata,
+    "model_shares", metadata,
     Column("model", String(200), nullable=False),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("last_started_at", Float, nullable=False),
     Column("batches_started", BigInteger, nullable=False),
     PrimaryKeyConstraint("model", "org_id"),
 )
-__all__ += ["model_shares"]
 
 # What each engine replica's adaptive concurrency limiter learnt, per model (store/engine_limits.py): a worker
 # that starts begins there.
 engine_limits = Table(
-    "engine_limits",
-    metadata,
+    "engine_limits", metadata,
     Column("model", String(200), nullable=False),
     Column("replica", String(2000), nullable=False),
     Column("concurrency_limit", Integer, nullable=False),
@@ -198,8 +189,7 @@ engine_limits = Table(
 # One row per organization and Idempotency-Key of a create (store/idempotency.py): a claim while the create runs
 # (``answer`` null), then the create's 200 until ``expires_at``.
 idempotency_keys = Table(
-    "idempotency_keys",
-    metadata,
+    "idempotency_keys", metadata,
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("idempotency_key", String(512), nullable=False),  # as sent: 1 to 512 bytes, one character per byte
     Column("request_sha256", String(64), nullable=False),  # hex digest of the request body's exact bytes
@@ -214,8 +204,7 @@ idempotency_keys = Table(
 # Dashboard sign-ins (store/sessions.py): the cookie holds a random id; only its SHA-256 is kept, with the key the
 # session acts as (its organization and scopes rule every page) and the moment it ends.
 web_sessions = Table(
-    "web_sessions",
-    metadata,
+    "web_sessions", metadata,
     Column("id_hash", String(64), primary_key=True),
     Column("key_id", String(40), ForeignKey("api_keys.id"), nullable=False),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
@@ -225,13 +214,11 @@ web_sessions = Table(
 )
 
 # -- webhooks (store/webhook_endpoints.py and webhook_outbox.py, migration 0007) ---------------------------------
-__all__ += ["webhook_endpoints", "webhook_events", "webhook_deliveries", "webhook_attempts"]
 
 # An organization's endpoints. ``secret`` (``whsec_`` + base64) signs every delivery, so it is kept as it is;
 # it is shown once, when the endpoint is made. A removed endpoint keeps its row for the delivery log.
 webhook_endpoints = Table(
-    "webhook_endpoints",
-    metadata,
+    "webhook_endpoints", metadata,
     Column("id", String(40), primary_key=True),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("url", String(2048), nullable=False),  # normalized (openrelay.urls): what is connected to
@@ -256,8 +243,7 @@ webhook_endpoints = Table(
 # status (store/results.py), so an event exists exactly when its status does. ``payload`` is the body sent, byte
 # for byte, on every attempt. Test events (``orl admin webhook test``) name no batch.
 webhook_events = Table(
-    "webhook_events",
-    metadata,
+    "webhook_events", metadata,
     Column("id", String(40), primary_key=True),  # evt_ + hex: the webhook-id header, the same on every attempt
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("type", String(40), nullable=False),
@@ -271,8 +257,7 @@ webhook_events = Table(
 # clock. ``next_attempt_at`` is when it is due; a delivery loop that claims it pushes it past the attempt's
 # timeout, so one that dies mid-attempt leaves it due again (at least once).
 webhook_deliveries = Table(
-    "webhook_deliveries",
-    metadata,
+    "webhook_deliveries", metadata,
     Column("event_id", String(40), ForeignKey("webhook_events.id"), nullable=False),
     Column("endpoint_id", String(40), ForeignKey("webhook_endpoints.id"), nullable=False),
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
@@ -295,8 +280,7 @@ webhook_deliveries = Table(
 
 # The delivery log: every attempt, its answer or why there was none.
 webhook_attempts = Table(
-    "webhook_attempts",
-    metadata,
+    "webhook_attempts", metadata,
     Column("id", String(40), primary_key=True),
     Column("event_id", String(40), ForeignKey("webhook_events.id"), nullable=False),
     Column("endpoint_id", String(40), ForeignKey("webhook_endpoints.id"), nullable=False),
@@ -314,12 +298,10 @@ webhook_attempts = Table(
 )
 
 # -- expiry and retention (store/retention.py, worker/sweeper.py, migration 0014) --------------------------------
-__all__ += ["sweeps", "blob_deletions"]
 
 # The sweeper's lease: one row per sweep, taken by the database's clock, so one pass runs at a time across the fleet.
 sweeps = Table(
-    "sweeps",
-    metadata,
+    "sweeps", metadata,
     Column("name", String(40), primary_key=True),
     Column("owner", String(80)),  # the worker running a pass now; null between passes
     Column("lease_expires_at", Float),
@@ -329,8 +311,7 @@ sweeps = Table(
 # Blobs whose rows were deleted, queued in that same transaction and deleted by the sweeper after it: a process
 # killed in between leaves them queued, never orphaned. ``folder``: everything under the key (a batch's folder).
 blob_deletions = Table(
-    "blob_deletions",
-    metadata,
+    "blob_deletions", metadata,
     Column("blob_key", String(200), primary_key=True),
     Column("folder", Boolean, nullable=False),
     Column("queued_at", BigInteger, nullable=False),
@@ -339,8 +320,7 @@ blob_deletions = Table(
 # The live worker processes (store/workers.py): each renews its row (the database's clock); one past
 # ``expires_at`` is gone and no longer shares a model's slots.
 workers = Table(
-    "workers",
-    metadata,
+    "workers", metadata,
     Column("id", String(200), primary_key=True),  # the worker id its batch leases carry (lease_owner)
     Column("host", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
@@ -357,8 +337,7 @@ workers = Table(
 # -1 counts every day (each batch is in both).
 # SQLite also has ``batch_text``, the FTS5 index of q (store/batch_text.py): a virtual table, not declared here.
 ended_batch_counts = Table(
-    "ended_batch_counts",
-    metadata,
+    "ended_batch_counts", metadata,
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("tag", String(512), nullable=False),
     Column("status", String(20), nullable=False),
@@ -371,4 +350,3 @@ ended_batch_counts = Table(
     Column("cost_nano_usd", BigInteger, nullable=False),
     PrimaryKeyConstraint("org_id", "tag", "status", "model", "priority", "created_day"),
 )
-__all__ += ["ended_batch_counts"]

@@ -1,5 +1,4 @@
-"""A batch's tags as rows of ``batch_tags``: how they are written, how a list is narrowed by them, and the
-backfill of migration 0006.
+"""A batch's tags as rows of ``batch_tags``: how they are written and how a list is narrowed by them.
 
 The ``tags`` metadata value stays the truth (the API returns it as written); ``batch_tags`` holds what
 ``types.tag_list`` reads from it, one row per tag, so "this organization's batches with tag T, newest first" is
@@ -12,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..types import TAGS_KEY, tag_list
+from ..types import tag_list
 from .schema import batch_tags, batches
 
-__all__ = ["tag_rows", "insert_tags", "replace_tags", "tagged", "carries", "backfill_batch_tags"]
+__all__ = ["tag_rows", "insert_tags", "replace_tags", "tagged", "carries"]
 
 
 def tag_rows(*, batch_id: str, org_id: str, created_ns: int,
@@ -69,25 +67,3 @@ def carries(tag: Any) -> sa.ColumnElement[bool]:
     """The condition on ``batches`` that its batch carries ``tag``: one probe of ``batch_tags``' primary key."""
     return sa.exists().where(batch_tags.c.batch_id == batches.c.id, batch_tags.c.tag == tag)
 
-
-# -- migration 0006 -------------------------------------------------------------------------------------------
-
-# The two tables as migration 0006 knows them (not schema.py's, which later migrations may change).
-_BATCHES_0006 = sa.table("batches", sa.column("id"), sa.column("org_id"), sa.column("created_ns"),
-                         sa.column("metadata"))
-_BATCH_TAGS_0006 = sa.table("batch_tags", sa.column("batch_id"), sa.column("org_id"), sa.column("tag"),
-                            sa.column("created_ns"))
-
-
-def backfill_batch_tags(conn: Connection) -> None:
-    """The rows of every batch created before migration 0006, written in its transaction (``Database.migrate``
-    runs it after the version's SQL). Only metadata whose text names the key can carry tags."""
-    b = _BATCHES_0006
-    query = (sa.select(b.c.id, b.c.org_id, b.c.created_ns, b.c.metadata)
-             .where(b.c.metadata.like(f'%"{TAGS_KEY}"%')).execution_options(yield_per=500))
-    for batch_rows in conn.execute(query).partitions():
-        rows = [row for batch_id, org_id, created_ns, text in batch_rows
-                for row in tag_rows(batch_id=batch_id, org_id=org_id, created_ns=created_ns,
-                                    metadata=orjson.loads(text))]
-        if rows:
-            conn.execute(_BATCH_TAGS_0006.insert(), rows)

@@ -35,7 +35,7 @@ CREATED_REJECTIONS = 20  # rejections shown on the page a create opens; the rest
 def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
     async def detail(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
-        progress = (await run_in_threadpool(progress_service.numbers_of, rt.db, [batch]))[batch.id]
+        progress = (await run_in_threadpool(progress_service.numbers, rt.db, [batch]))[batch.id]
         view = BatchView(batch, seconds(), progress)
         if request.query_params.get("fragment") == "live":
             # The live card, and out of band the parts that change with it: the actions and the downloads.
@@ -107,7 +107,7 @@ def _metadata_from_editor(form: Any) -> dict[str, str]:
 async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, batch: Batch, *, status: int = 200,
                        problem: str | None = None) -> Response:
     q = request.query_params
-    progress = (await run_in_threadpool(progress_service.numbers_of, rt.db, [batch]))[batch.id]
+    progress = (await run_in_threadpool(progress_service.numbers, rt.db, [batch]))[batch.id]
     view = BatchView(batch, seconds(), progress)
     browse = {"kind": q.get("kind") or "all", "code": q.get("code") or None, "custom_id": q.get("cid") or None,
               "cursor": q.get("at") or None}

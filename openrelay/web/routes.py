@@ -126,7 +126,7 @@ def _list_routes(router: APIRouter, rt: Runtime) -> None:
         after = request.query_params.get("after") or None
         page = await run_in_threadpool(dashboard.list_batch_page, rt.db, signed.key, query, limit=PAGE_SIZE,
                                        after=after)
-        numbers = await run_in_threadpool(progress_service.numbers_of, rt.db, page.batches)
+        numbers = await run_in_threadpool(progress_service.numbers, rt.db, page.batches)
         now = seconds()
         views = [BatchView(b, now, numbers[b.id]) for b in page.batches]
         params = list(request.query_params.multi_items())

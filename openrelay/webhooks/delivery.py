@@ -22,9 +22,8 @@ from ..clock import now
 from ..config import Settings
 from ..egress import BlockedAddress
 from ..metrics import WEBHOOK_ATTEMPTS
-from ..store.webhook_log import PrunedLog
-from ..store.webhook_outbox import DELIVERED, DueDelivery
-from ..store.webhooks import WebhookStore
+from ..store.webhook_log import PrunedLog, WebhookLog
+from ..store.webhook_outbox import DELIVERED, DueDelivery, WebhookOutbox
 from .network import webhook_client
 from .signing import signed_headers
 
@@ -71,9 +70,9 @@ def prune_period(settings: Settings) -> float:
     return min(_PRUNE_EVERY_SECONDS, settings.webhooks.log_keep_seconds)
 
 
-def prune_delivery_log(store: WebhookStore, settings: Settings) -> PrunedLog:
+def prune_delivery_log(webhook_log: WebhookLog, settings: Settings) -> PrunedLog:
     """One pruning of the delivery log past its age (``OPENRELAY_WEBHOOK_LOG_KEEP_SECONDS``)."""
-    pruned = store.prune_delivery_log(older_than=settings.webhooks.log_keep_seconds)
+    pruned = webhook_log.prune_delivery_log(older_than=settings.webhooks.log_keep_seconds)
     if pruned.attempts or pruned.deliveries or pruned.events:
         log.info("webhook log pruned: %d attempts, %d deliveries, %d events", pruned.attempts, pruned.deliveries,
                  pruned.events)
@@ -81,8 +80,9 @@ def prune_delivery_log(store: WebhookStore, settings: Settings) -> PrunedLog:
 
 
 class WebhookDelivery:
-    def __init__(self, store: WebhookStore, catalog: Catalog, settings: Settings) -> None:
-        self.store = store
+    def __init__(self, outbox: WebhookOutbox, webhook_log: WebhookLog, catalog: Catalog, settings: Settings) -> None:
+        self.outbox = outbox
+        self.webhook_log = webhook_log
         self.catalog = catalog
         self.settings = settings
 
@@ -127,7 +127,7 @@ class WebhookDelivery:
 
     async def _prune(self) -> None:
         try:
-            await asyncio.to_thread(prune_delivery_log, self.store, self.settings)
+            await asyncio.to_thread(prune_delivery_log, self.webhook_log, self.settings)
         except Exception:  # the store is away: the next period tries again
             log.exception("webhook log pruning failed")
 
@@ -135,7 +135,7 @@ class WebhookDelivery:
         """What is due now, up to ``room``; nothing while the store is away."""
         try:
             return await asyncio.to_thread(
-                self.store.claim_due, limit=min(room, _CLAIM_LIMIT), hold_seconds=self.hold_seconds,
+                self.outbox.claim_due, limit=min(room, _CLAIM_LIMIT), hold_seconds=self.hold_seconds,
                 endpoint_concurrency=self.settings.webhooks.endpoint_concurrency,
                 rotation_overlap=self.settings.webhooks.rotation_overlap_seconds)
         except Exception:  # the store is away: the next poll tries again
@@ -151,7 +151,7 @@ class WebhookDelivery:
         outcome, status_code, error = await self._post(due, deadline)
         duration_ms = int((asyncio.get_running_loop().time() - started) * 1000)
         state = await asyncio.to_thread(
-            self.store.record_attempt, due, outcome=outcome, status_code=status_code, error=error,
+            self.outbox.record_attempt, due, outcome=outcome, status_code=status_code, error=error,
             duration_ms=duration_ms, backoff=retry_backoff(self.settings), retry=retry,
             give_up_after=self.settings.webhooks.give_up_seconds)
         WEBHOOK_ATTEMPTS.labels(outcome).inc()

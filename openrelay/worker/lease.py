@@ -7,7 +7,7 @@ import logging
 import time
 
 from ..config import WorkerSettings
-from ..store.batches import Batches
+from ..store.leases import BatchLeases
 from ..types import BatchStatus
 
 __all__ = ["LeaseKeeper"]
@@ -19,8 +19,8 @@ class LeaseKeeper:
     """``run`` reads the batch every tick (to see a cancel) and renews the lease every third of its length. A store
     error is tried again next tick; once the lease may have lapsed unrenewed, the run counts it as lost."""
 
-    def __init__(self, batches: Batches, settings: WorkerSettings, batch_id: str, worker_id: str) -> None:
-        self.batches = batches
+    def __init__(self, leases: BatchLeases, settings: WorkerSettings, batch_id: str, worker_id: str) -> None:
+        self.leases = leases
         self.settings = settings
         self.batch_id = batch_id
         self.worker_id = worker_id
@@ -34,11 +34,11 @@ class LeaseKeeper:
             await asyncio.sleep(settings.tick_seconds)
             try:
                 if time.monotonic() - renewed >= settings.lease_seconds / 3:
-                    current = await asyncio.to_thread(self.batches.renew_lease, self.batch_id, self.worker_id,
+                    current = await asyncio.to_thread(self.leases.renew_lease, self.batch_id, self.worker_id,
                                                       settings.lease_seconds)
                     renewed = time.monotonic()
                 else:
-                    current = await asyncio.to_thread(self.batches.by_id, self.batch_id)
+                    current = await asyncio.to_thread(self.leases.by_id, self.batch_id)
                     current = current if current.lease_owner == self.worker_id else None
             except Exception as exc:
                 log.warning("batch %s: heartbeat failed (%s: %s)", self.batch_id, exc.__class__.__name__, exc)

@@ -75,7 +75,7 @@ class BatchRun:
         self.gate = gate
         self.billing = Billing(batch, spec, spec.price(rt.catalog.factor(batch.priority)))
         self.settings = rt.settings
-        self.keeper = LeaseKeeper(rt.batches, rt.settings.worker, batch.id, worker_id)
+        self.keeper = LeaseKeeper(rt.leases, rt.settings.worker, batch.id, worker_id)
         self._draining = draining  # the worker is stopping: take no more records, hand the batch back
         self.groups = groups or ModelGroups()  # the model's prefix groups in this worker, over its batches
         self._ended = ended  # told (on the finalizing's thread) once the batch's end is committed
@@ -125,7 +125,7 @@ class BatchRun:
 
     async def _mark_running(self, limit: int | None) -> None:
         """``Batches.mark_running`` while the first record goes out, then the limit kept shown as it changes."""
-        await asyncio.to_thread(self.rt.batches.mark_running, self.batch.id, self.worker_id, limit)
+        await asyncio.to_thread(self.rt.leases.mark_running, self.batch.id, self.worker_id, limit)
         self._publishing = asyncio.create_task(self._publish_limit(limit))
 
     async def _publish_limit(self, shown: int | None) -> None:
@@ -139,7 +139,7 @@ class BatchRun:
             limit = self._concurrency_now()
             if limit != shown:
                 try:
-                    await asyncio.to_thread(self.rt.batches.set_concurrency_limit, self.batch.id, self.worker_id,
+                    await asyncio.to_thread(self.rt.leases.set_concurrency_limit, self.batch.id, self.worker_id,
                                             limit)
                     shown = limit
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
@@ -155,7 +155,7 @@ class BatchRun:
         assert self.writer is not None
         current = self.writer.ended  # the run's last chunk ended it; else (no chunk since it closed) it ends here
         if current is None:
-            current = self.rt.batches.end_run(self.batch.id, self.worker_id, may_complete=self.abort.error is None)
+            current = self.rt.leases.end_run(self.batch.id, self.worker_id, may_complete=self.abort.error is None)
         unrun = current.total - current.completed - current.failed
         finalize = functools.partial(finalize_batch, self.rt, self.worker_id, self.batch,
                                      chunks=self._chunks + self.writer.committed, ended=self._ended)

@@ -100,7 +100,7 @@ class Worker:
         last one: ``Batches.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
             started = now_ns()
-            batch = await asyncio.to_thread(self.rt.batches.claim, self.worker_id, self.slots,
+            batch = await asyncio.to_thread(self.rt.leases.claim, self.worker_id, self.slots,
                                             self.rt.settings.worker.lease_seconds, frozenset(self._active),
                                             runs=self._may_run_more(), start_models=self._models_within_share())
             if batch is None:
@@ -176,7 +176,7 @@ class Worker:
             return
         runs = settings.worker
         delay = Backoff(base=runs.run_retry_base_seconds, cap=runs.run_retry_max_seconds).delay(failures)
-        self.rt.batches.retry_later(batch.id, self.worker_id, failures=failures, delay=delay)
+        self.rt.leases.retry_later(batch.id, self.worker_id, failures=failures, delay=delay)
 
     async def _run_or_end(self, batch: Batch) -> None:
         """End the batch where its status or the catalog says it ends (cancelling, finalizing, model gone, past
@@ -231,7 +231,7 @@ class Worker:
             await asyncio.gather(*active, return_exceptions=True)
         for batch_id in held:
             # A clean stop hands its batches back at once instead of leaving them until the lease lapses.
-            await asyncio.to_thread(self.rt.batches.release, batch_id, self.worker_id)
+            await asyncio.to_thread(self.rt.leases.release, batch_id, self.worker_id)
         try:
             await self.heartbeat.leave()  # the others' shares grow at their next beat, not a lease later
         except Exception:  # the store is away: the row lapses with its lease

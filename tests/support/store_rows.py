@@ -17,7 +17,7 @@ from openrelay.store.schema import metadata
 from tests.conftest import BACKEND
 from tests.support.server import create_pg_database, drop_pg_database
 
-__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "insert_running_batch", "fresh_database"]
+__all__ = ["table_rows", "local_blobs", "s3_blobs", "rows_where", "insert_running_batch", "fresh_url", "fresh_database"]
 
 
 # State bounded by organizations x models, not by the batches run, and never pruned: each organization's fair-share
@@ -82,15 +82,27 @@ def insert_running_batch(conn: sa.Connection, *, batch_id: str, org_id: str, key
 
 
 @contextlib.contextmanager
-def fresh_database(tmp_path: Path, *, upto: int | None = None) -> Iterator[Database]:
-    """A new store of the suite's backend (a SQLite file under ``tmp_path``, or a PostgreSQL database dropped
-    after), migrated (up to version ``upto``)."""
-    url = create_pg_database() if BACKEND == "postgres" else f"sqlite:///{tmp_path / 'store.db'}"
-    database = Database(url)
+def fresh_url(tmp_path: Path) -> Iterator[str]:
+    """The URL of a new, empty store of the suite's backend: a SQLite file under ``tmp_path``, or a PostgreSQL
+    database dropped after."""
+    if BACKEND != "postgres":
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    url = create_pg_database()
     try:
-        database.migrate(upto=upto)
-        yield database
+        yield url
     finally:
-        database.dispose()
-        if BACKEND == "postgres":
-            drop_pg_database(url)
+        drop_pg_database(url)
+
+
+@contextlib.contextmanager
+def fresh_database(tmp_path: Path) -> Iterator[Database]:
+    """A new store of the suite's backend (``fresh_url``), migrated."""
+    with fresh_url(tmp_path) as url:
+        database = Database(url)
+        try:
+            database.migrate()
+            yield database
+        finally:
+            database.dispose()

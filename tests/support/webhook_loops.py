@@ -8,15 +8,32 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from openrelay.catalog import Catalog, parse_catalog
 from openrelay.config import Settings, WebhookSettings
-from openrelay.store.webhooks import WebhookStore
+from openrelay.store.db import Database
+from openrelay.store.webhook_endpoints import WebhookEndpoints
+from openrelay.store.webhook_log import WebhookLog
+from openrelay.store.webhook_outbox import WebhookOutbox
 from openrelay.webhooks.delivery import WebhookDelivery
 from tests.support.webhook_receiver import Receiver
 
-__all__ = ["running_loops", "receiver_catalog", "quick_settings"]
+__all__ = ["WebhookStores", "running_loops", "receiver_catalog", "quick_settings"]
+
+
+@dataclass(frozen=True)
+class WebhookStores:
+    """The three webhook repositories of one store, as ``Runtime`` holds them."""
+
+    endpoints: WebhookEndpoints
+    outbox: WebhookOutbox
+    log: WebhookLog
+
+    @classmethod
+    def of(cls, db: Database) -> WebhookStores:
+        return cls(WebhookEndpoints(db), WebhookOutbox(db), WebhookLog(db))
 
 
 def receiver_catalog(receiver: Receiver) -> Catalog:
@@ -31,7 +48,7 @@ def quick_settings(folder: Path, **webhooks: float) -> Settings:
 
 
 @contextmanager
-def running_loops(store: WebhookStore, catalog: Catalog, settings: Settings, count: int) -> Iterator[None]:
+def running_loops(store: WebhookStores, catalog: Catalog, settings: Settings, count: int) -> Iterator[None]:
     started = threading.Event()
     running: dict[str, object] = {}
 
@@ -39,7 +56,8 @@ def running_loops(store: WebhookStore, catalog: Catalog, settings: Settings, cou
         stop = asyncio.Event()
         running.update(loop=asyncio.get_running_loop(), stop=stop)
         started.set()
-        await asyncio.gather(*(WebhookDelivery(store, catalog, settings).run_forever(stop) for _ in range(count)))
+        await asyncio.gather(*(WebhookDelivery(store.outbox, store.log, catalog, settings).run_forever(stop)
+                               for _ in range(count)))
 
     def run() -> None:
         try:

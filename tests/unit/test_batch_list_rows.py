@@ -1,19 +1,21 @@
-"""The list page renders rows straight to the API's dicts (store/batches.py ``list_api``), skipping the record:
-its output must equal ``Batch.as_api`` of the same batches, read back by ``Batches.get``."""
+"""The API's list (``service/batches.list_batches``, through the dashboard's search, store/batch_search.py): a page
+is ``Batch.as_api`` of each batch, as ``Batches.get`` reads it back, under each of the API's filters and its
+cursor, on both stores."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 import pytest
 import sqlalchemy as sa
 
+from openrelay.service.batches import list_batches
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
 from openrelay.store.schema import batches
-from openrelay.types import BATCH_API_FIELDS, Batch, BatchStatus
+from openrelay.types import ApiKey, Batch, BatchStatus
 from tests.conftest import BACKEND
 from tests.support.server import create_pg_database, drop_pg_database
 
@@ -33,6 +35,16 @@ def store(tmp_path) -> Iterator[Batches]:
         db.dispose()
         if BACKEND == "postgres":
             drop_pg_database(url)
+
+
+KEY = ApiKey(id="k1", org_id="o1", prefix="p", scopes=frozenset({"batch.read"}), budget_nano_usd=None,
+             spent_nano_usd=0, created_at=0, revoked_at=None)
+
+
+def _page(store: Batches, *, limit: int, after: str | None = None, **filters: Any) -> tuple[list[dict], bool]:
+    page = list_batches(store, KEY, limit=limit, after=after, **{"status": None, "model": None, "tag": None,
+                                                                 **filters})
+    return page["data"], page["has_more"]
 
 
 def _batch(n: int, status: BatchStatus, metadata: dict[str, str] | None) -> Batch:
@@ -60,26 +72,25 @@ def test_a_page_equals_as_api_of_each_batch(store):
                 errors=None if errors is None else orjson.dumps(errors).decode(), completed=n,
                 input_tokens=100 * n, output_tokens=7 * n, cost_nano_usd=12_345 * n))
 
-    page, more = store.list_api("o1", limit=len(shapes), after=None)
+    page, more = _page(store, limit=len(shapes))
     assert not more
     expected = [store.get("o1", f"batch_{n:03d}").as_api() for n in reversed(range(len(shapes)))]
     assert page == expected
     assert orjson.dumps(page) == orjson.dumps(expected)  # the same JSON, key order included
-    assert set(BATCH_API_FIELDS) <= {f.name for f in dataclasses.fields(Batch)}
 
     # Filters and the cursor select the same rows as before, rendered the same way.
-    assert store.list_api("o1", limit=2, after=None) == (expected[:2], True)
-    assert store.list_api("o1", limit=2, after="batch_004") == (expected[2:4], True)
-    assert store.list_api("o1", limit=10, after=None, tag="a") == ([expected[3], expected[4]], False)
-    assert store.list_api("o1", limit=10, after=None, status="failed") == ([expected[2]], False)
-    assert store.list_api("o1", limit=10, after=None, model="m1", tag="b") == ([expected[1], expected[4]], False)
-    assert store.list_api("o1", limit=10, after=None, model="no\x00such") == ([], False)
+    assert _page(store, limit=2) == (expected[:2], True)
+    assert _page(store, limit=2, after="batch_004") == (expected[2:4], True)
+    assert _page(store, limit=10, tag="a") == ([expected[3], expected[4]], False)
+    assert _page(store, limit=10, status="failed") == ([expected[2]], False)
+    assert _page(store, limit=10, model="m1", tag="b") == ([expected[1], expected[4]], False)
+    assert _page(store, limit=10, model="no\x00such") == ([], False)
 
 
 def test_the_shape_of_an_empty_record(store):
     store.create(_batch(1, BatchStatus.IN_PROGRESS, None), created_ns=1, new_files=[])
     with store.db.write() as conn:
         conn.execute(sa.update(batches).values(errors="[]"))  # an empty list shows as no errors, on both paths
-    page, _ = store.list_api("o1", limit=1, after=None)
+    page, _ = _page(store, limit=1)
     assert page == [store.get("o1", "batch_001").as_api()]
     assert page[0]["errors"] is None and page[0]["metadata"] is None

@@ -21,6 +21,7 @@ from openrelay.store.accounts import Accounts
 from openrelay.store.batch_search import BatchQuery, summarize
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
+from openrelay.store.leases import BatchLeases
 from openrelay.store.results import Chunk, Results
 from openrelay.store.retention import Retention
 from openrelay.store.schema import batch_tags, batches, ended_batch_counts
@@ -51,7 +52,7 @@ def _create(db: Database, org_id: str, key_id: str, *, model: str = "m/a", prior
 
 def _run(db: Database, batch_id: str, key_id: str, *, records: int = 2) -> None:
     """Claim the batch (alone in its queue) and commit a chunk of ``records`` settled records."""
-    store = Batches(db)
+    store = BatchLeases(db)
     store.promote_validated()
     claimed = store.claim(WORKER, {"m/a": 100, "m/b": 100}, 60.0)
     assert claimed is not None and claimed.id == batch_id
@@ -140,14 +141,14 @@ def test_every_transaction_that_ends_edits_or_prunes_an_ended_batch_keeps_the_su
     _end(db, cancelled, o, BatchStatus.CANCELLED)
     while_finalizing = _create(db, o, k, model="m/b")
     _run(db, while_finalizing, k, records=4)  # every record has its line: the run's end moves it on
-    assert Batches(db).end_run(while_finalizing, WORKER, may_complete=True).status is BatchStatus.FINALIZING
+    assert BatchLeases(db).end_run(while_finalizing, WORKER, may_complete=True).status is BatchStatus.FINALIZING
     Batches(db).request_cancel(o, while_finalizing)
     _end(db, while_finalizing, o, BatchStatus.COMPLETED)  # cancelled while finalizing: written as cancelled
     assert Batches(db).get(o, while_finalizing).status is BatchStatus.CANCELLED
     running = _create(db, o, k, tags="red")
     _run(db, running, k)
     _create(db, o, k, tags="red, blue")  # queued; as a retry's new batch is
-    Batches(db).promote_validated()
+    BatchLeases(db).promote_validated()
     _create(db, o, k)  # validating
     noise = _create(db, other.id, other_key.id, tags="red")
     _run(db, noise, other_key.id)

@@ -66,7 +66,6 @@ def test_every_settings_variable_is_read(group_name: str, group: type, f: datacl
 
 def test_special_values_mean_what_they_meant() -> None:
     assert _build({"OPENRELAY_WORKER_MAX_BATCHES": "0"}).worker.max_batches is None  # 0: no limit, like unset
-    assert _build({"OPENRELAY_POLL_CACHE": "2"}).reads.poll_cache is True  # any number but 0 is on
     assert _build({}) == Settings(data_dir=Path("data").resolve(), database_url="sqlite://")
     assert Settings.build(data_dir=Path("data"), database_url=None, window_seconds=60).batches.window_seconds == 60
 
@@ -76,14 +75,14 @@ def test_every_variable_has_its_own_name_and_the_deploy_page_shows_its_default()
                                                               env_var(Settings, "metrics_token"),
                                                               *(f.metadata["env"] for f in dataclasses.fields(
                                                                   ClientSettings))]
-    assert len(names) == len(set(names)) == 49  # 45 in groups, 2 of Settings' own, 2 of the users' commands
+    assert len(names) == len(set(names)) == 50  # 46 in groups, 2 of Settings' own, 2 of the users' commands
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     assert not [name for name in names if f"`{name}`" not in deploy]
     shown = dict(re.findall(r"`(OPENRELAY_[A-Z_]+)` \(([\d.]+)\)", deploy))
     for *_, f in READ_BY_BUILD:
         if f.metadata["env"] in shown:
             assert float(shown[f.metadata["env"]]) == f.default, f.metadata["env"]
-    assert len(shown) == 37  # every variable but the flags' and the token, whose defaults the flags' table shows
+    assert len(shown) == 38  # every variable but the flags' and the token, whose defaults the flags' table shows
 
 
 def test_only_config_reads_variables() -> None:
@@ -138,7 +137,7 @@ def test_the_cli_defaults_are_configs() -> None:
 
 @pytest.mark.parametrize(("name", "raw", "wanted"), [("OPENRELAY_TICK_SECONDS", "fast", "a number"),
                                                      ("OPENRELAY_MAX_RECORDS", "1.5", "a whole number"),
-                                                     ("OPENRELAY_POLL_CACHE", "yes", "a whole number (0: off)"),
+                                                     ("OPENRELAY_ACCESS_LOG", "yes", "a whole number (0: off)"),
                                                      ("OPENRELAY_WORKER_MAX_BATCHES", "all",
                                                       "a whole number (0: no limit)")])
 def test_a_variable_that_does_not_parse_stops_the_process_naming_it(name: str, raw: str, wanted: str,

@@ -13,6 +13,7 @@ from openrelay.ids import new_batch_id
 from openrelay.store.accounts import Accounts
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
+from openrelay.store.leases import BatchLeases
 from openrelay.store.results import Chunk, LeaseLost, Results
 from openrelay.types import Batch, BatchStatus
 from tests.conftest import BACKEND  # noqa: F401 - picks its store by OPENRELAY_TEST_DB (tests/conftest.py)
@@ -45,22 +46,22 @@ def _chunk(seq: int, lines: list[int]) -> Chunk:
 
 def test_a_claim_queues_the_validated_batches_itself_and_says_it_took_one_from_the_queue(db: Database) -> None:
     batch = _validated_batch(db)
-    claimed = Batches(db).claim("w1", {"m": 2}, 60.0)  # no promote_validated before it
+    claimed = BatchLeases(db).claim("w1", {"m": 2}, 60.0)  # no promote_validated before it
     assert claimed is not None and claimed.id == batch.id
     assert claimed.status is BatchStatus.IN_PROGRESS and claimed.from_queue and claimed.lease_owner == "w1"
-    assert Batches(db).claim("w1", {"m": 2}, 60.0, frozenset({batch.id})) is None
+    assert BatchLeases(db).claim("w1", {"m": 2}, 60.0, frozenset({batch.id})) is None
 
 
 def test_a_batch_to_end_is_not_from_the_queue(db: Database) -> None:
     batch = _validated_batch(db, status=BatchStatus.CANCELLING)
-    claimed = Batches(db).claim("w1", {"m": 2}, 60.0)
+    claimed = BatchLeases(db).claim("w1", {"m": 2}, 60.0)
     assert claimed is not None and claimed.id == batch.id and not claimed.from_queue
 
 
 def test_the_last_chunks_commit_ends_the_run_once_every_record_has_its_line(db: Database) -> None:
     batch = _validated_batch(db, total=3)
     results = Results(db)
-    assert Batches(db).claim("w1", {"m": 2}, 60.0) is not None
+    assert BatchLeases(db).claim("w1", {"m": 2}, 60.0) is not None
     assert results.commit_chunk(batch.id, "w1", batch.key_id, _chunk(1, [1])) is None  # not the last: no end
     short = results.commit_chunk(batch.id, "w1", batch.key_id, _chunk(2, [2]), run_ends=True)
     assert short is not None and short.status is BatchStatus.IN_PROGRESS  # a record has no line: not finalizing
@@ -75,7 +76,7 @@ def test_the_last_chunks_commit_ends_the_run_once_every_record_has_its_line(db: 
 
 def test_a_cancelled_batch_is_not_moved_to_finalizing_by_its_last_chunk(db: Database) -> None:
     batch = _validated_batch(db)
-    assert Batches(db).claim("w1", {"m": 2}, 60.0) is not None
+    assert BatchLeases(db).claim("w1", {"m": 2}, 60.0) is not None
     Batches(db).request_cancel(batch.org_id, batch.id)
     ended = Results(db).commit_chunk(batch.id, "w1", batch.key_id, _chunk(1, [1]), run_ends=True)
     assert ended is not None and ended.status is BatchStatus.CANCELLING and ended.completed == 1

@@ -1,7 +1,7 @@
 """The status vocabulary of types.py as the store applies it: the dashboard's queued/running filters and summary
 (store/batch_search.py) and which statuses a cancel moves (store/batches.py). On both stores, rows written
-directly so that every status is there at once: before migration 0020, whose backfill counts the ended ones for
-the summary (store/ended_counts.py), as it does for a store made before it."""
+directly so that every status is there at once, the ended ones counted for the summary by the store's own
+``count_ended`` (store/ended_counts.py), as a batch's end counts it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from openrelay.errors import Conflict
 from openrelay.store.batch_search import BatchQuery, search, summarize
 from openrelay.store.batches import Batches
 from openrelay.store.db import Database
+from openrelay.store.ended_counts import count_ended
 from openrelay.types import CANCELLABLE, SHOWN_QUEUED, SHOWN_RUNNING, BatchStatus
 from tests.support.store_rows import fresh_database
 
@@ -25,7 +26,7 @@ ROWS = [("b-validating", "validating", None), ("b-queued", "in_progress", None),
 
 @pytest.fixture
 def db(tmp_path) -> Iterator[Database]:
-    with fresh_database(tmp_path, upto=19) as database:
+    with fresh_database(tmp_path) as database:
         with database.write() as conn:
             conn.exec_driver_sql("INSERT INTO organizations (id, name, created_at) VALUES ('o1', 'o1', 0)")
             conn.exec_driver_sql("INSERT INTO api_keys (id, org_id, key_hash, prefix, scopes, created_at) "
@@ -37,7 +38,7 @@ def db(tmp_path) -> Iterator[Database]:
                     "in_progress_at) VALUES (:id, 'o1', 'k1', '/v1/chat/completions', 'f', 'b', '24h', "
                     "'standard', :status, 'm', 0, :ns, 4000000000, 1, :started)"),
                     {"id": batch_id, "status": status, "ns": n, "started": in_progress_at})
-        database.migrate()
+            count_ended(conn, [batch_id for batch_id, _, _ in ROWS], sign=1)
         yield database
 
 
