@@ -41,6 +41,8 @@ ENGINE_URL = "http://engine.test/v1"  # the test catalog's engine: never reached
 FAST = {"OPENRELAY_TICK_SECONDS": "0.01", "OPENRELAY_FLUSH_SECONDS": "0.01", "OPENRELAY_RETRY_BASE_SECONDS": "0.001",
         "OPENRELAY_RETRY_MAX_SECONDS": "0.004", "OPENRELAY_OUTAGE_BASE_SECONDS": "0.005",
         "OPENRELAY_OUTAGE_MAX_SECONDS": "0.02", "OPENRELAY_ACCESS_LOG": "0",
+        # Every poll reads the store: a test reads what a worker wrote a moment before, sooner than 0.25 s.
+        "OPENRELAY_POLL_CACHE_SECONDS": "0",
         # A failed run is tried again no sooner than its task has ended: a retry due at once could be claimed by the
         # same worker before the failed run's task is done, which then forgets the new one (Worker._done).
         "OPENRELAY_RUN_RETRY_BASE_SECONDS": "0.2", "OPENRELAY_RUN_RETRY_MAX_SECONDS": "0.2"}
