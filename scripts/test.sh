@@ -5,6 +5,8 @@
 # temporary directory and its own range of ports (tests/support/server.py, free_port); its output is printed when
 # both have ended. Each pass runs its test files in OPENRELAY_TEST_WORKERS processes (pytest-xdist, a file to a
 # process, so a module's server is started once). Extra arguments go to both pytest runs.
+#   --unit  the unit tier: tests/unit, in process on SQLite files (no server, no engine process; the engine
+#           replaced at its boundary, tests/support/relay.py)
 #   --fast  the fast tier: SQLite only, without the tests marked `slow` (built-in models, Chromium, SeaweedFS,
 #           llama-server, fuzzing, schemathesis)
 set -euo pipefail
@@ -13,7 +15,16 @@ stores=(sqlite postgres)
 select=()
 tier="every test"
 workers="${OPENRELAY_TEST_WORKERS:-2}"
-if [[ "${1:-}" == "--fast" ]]; then
+dist=loadfile
+needs_postgres=1  # the SQLite pass too: a few tests are about PostgreSQL itself (its outages, its change notices)
+if [[ "${1:-}" == "--unit" ]]; then
+  shift
+  stores=(sqlite)
+  select=(tests/unit)
+  tier="the unit tier (tests/unit)"
+  dist=load  # no server for a module to share: any test to any process
+  needs_postgres=0
+elif [[ "${1:-}" == "--fast" ]]; then
   shift
   stores=(sqlite)
   select=(-m "not slow")
@@ -21,9 +32,8 @@ if [[ "${1:-}" == "--fast" ]]; then
   workers="${OPENRELAY_TEST_WORKERS:-4}"
 fi
 bash scripts/setup.sh
-if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
-  # CI machines start PostgreSQL before the run; start it if it stopped. The SQLite pass needs it too: a few tests
-  # are about PostgreSQL itself (its outages, its change notices).
+if [[ "$needs_postgres" == 1 ]] && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  # CI machines start PostgreSQL before the run; start it if it stopped.
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
 fi
 .venv/bin/ruff check openrelay tests bench
@@ -33,7 +43,7 @@ echo "== $tier on ${stores[*]}, side by side, $workers processes each (started $
 pids=()
 for store in "${stores[@]}"; do
   OPENRELAY_TEST_DB="$store" .venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$runs/$store" \
-    -n "$workers" --dist loadfile ${select[@]+"${select[@]}"} "$@" > "$runs/$store.log" 2>&1 &
+    -n "$workers" --dist "$dist" ${select[@]+"${select[@]}"} "$@" > "$runs/$store.log" 2>&1 &
   pids+=("$!")
 done
 failed=0

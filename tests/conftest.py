@@ -23,8 +23,9 @@ from tests.support.workers import WorkerProcess
 
 BACKEND = os.environ.get("OPENRELAY_TEST_DB", "sqlite")
 
-# The browser, context and page fixtures of the dashboard tests; the webhook tests' receiver, hook_server and org.
-pytest_plugins = ["tests.support.browser", "tests.support.webhook_fixtures"]
+# The browser, context and page fixtures of the dashboard tests; the webhook tests' receiver, hook_server and org;
+# the unit tier's OpenRelay in process (``relay``).
+pytest_plugins = ["tests.support.browser", "tests.support.webhook_fixtures", "tests.support.relay"]
 
 
 STORE_FIXTURES = frozenset({"server", "make_server", "module_server", "hook_server"})  # hook_server: webhooks

@@ -77,13 +77,18 @@ def _refusal(answer: tuple[int, dict[str, str], bytes], status: int, code: str) 
     return error
 
 
-def _closed(sock: socket.socket) -> bool:
-    """The server has closed ``sock`` (after its answer, if any): a read gives end of file or a reset."""
+def _closed(sock: socket.socket, deadline: float = 30.0) -> bool:
+    """Whether the server has closed ``sock`` (after its answer, if any): reading on gives end of file or a reset.
+    False when the connection is still open at ``deadline`` (a guard against a hang: a server that closes does so
+    as it answers)."""
+    sock.settimeout(deadline)
     try:
         while sock.recv(65536):
             pass
     except (ConnectionResetError, BrokenPipeError):
         pass
+    except TimeoutError:
+        return False
     return True
 
 

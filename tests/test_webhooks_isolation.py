@@ -4,7 +4,7 @@ trickle their answer or answer 500, held until the test lets them go: other orga
 meanwhile, no endpoint has more than its concurrency in flight, and an attempt ends at its timeout, connect to
 last byte, so that one delivery is never sent twice at once.
 
-The store's side (each endpoint's concurrency and circuit) is in tests/test_webhooks_store.py."""
+The store's side (each endpoint's concurrency and circuit) is in tests/unit/test_webhooks_store.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.support.polling import wait_for
 from tests.support.store_rows import fresh_database
 from tests.support.webhook_loops import WebhookStores, quick_settings, receiver_catalog, running_loops
 from tests.support.webhook_receiver import Receiver
-from tests.test_webhooks_store import _events, _finalize, _org_and_key, _running_batch
+from tests.unit.test_webhooks_store import _events, _finalize, _org_and_key, _running_batch
 
 LOOPS = 3  # delivery loops sharing the store, as three workers' do
 

@@ -3,7 +3,7 @@ rotation (both secrets verify with the `standardwebhooks` package during the ove
 event filters, an endpoint's deliveries, replays of delivered and given-up deliveries, and the workers pruning
 the delivery log.
 
-The store's side of each is in tests/test_webhooks_store.py.
+The store's side of each is in tests/unit/test_webhooks_store.py.
 """
 
 from __future__ import annotations

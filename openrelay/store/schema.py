@@ -1,5 +1,5 @@
 """Every table of the store, as SQLAlchemy Core. The baseline and the migrations after it (``store/migrations/*.sql``,
-applied by ``store/db.py``) create exactly this schema; ``tests/test_migrations.py`` proves the two agree."""
+applied by ``store/db.py``) create exactly this schema; ``tests/unit/test_migrations.py`` proves the two agree."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ carries its content hash, so browsers may keep it for a year and still never run
 
 Vendored: ``htmx.min.js`` is htmx.org 2.0.11 from the npm registry (package ``htmx.org``, ``dist/htmx.min.js``),
 sha256 d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717; ``static/VENDORED.txt`` says the same
-and ``tests/test_dashboard_static.py`` checks the file against it.
+and ``tests/unit/test_dashboard_static.py`` checks the file against it.
 """
 
 from __future__ import annotations

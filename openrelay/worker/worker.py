@@ -19,6 +19,7 @@ from .. import tracing
 from ..backoff import Backoff
 from ..catalog import ModelSpec
 from ..clock import now_ns
+from ..engines.base import Engine
 from ..engines.factory import build_replicas
 from ..runtime import Runtime
 from ..store.engine_limits import Learnt
@@ -40,8 +41,11 @@ _KEEP_LIMITS_SECONDS = 5.0  # how often a worker writes what its adaptive limite
 
 
 class Worker:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, *,
+                 build_engines: Callable[[ModelSpec], list[tuple[str, Engine]]] = build_replicas) -> None:
+        """``build_engines``: a model's engine replicas as (name, engine); the catalog's, or a test's doubles."""
         self.rt = rt
+        self._build_engines = build_engines
         self.worker_id = f"{os.uname().nodename}-{os.getpid()}-{secrets.token_hex(3)}"
         self.slots = {name: spec.slots for name, spec in rt.catalog.models.items()}
         self.capacity = sum(self.slots.values()) + 4  # room to end cancelled/expired batches meanwhile
@@ -62,7 +66,7 @@ class Worker:
         one of the replica ``learnt`` (``store/engine_limits.py``)."""
         if model not in self._gates:
             spec = self.rt.catalog.models[model]
-            engines = build_replicas(spec)
+            engines = self._build_engines(spec)
             capacity = -(-spec.concurrency * spec.slots // len(engines))  # a fixed limit's share, rounded up
             replicas = [Replica(model, name, engine, self.rt.settings, capacity=capacity,
                                 limiter=_limiter(spec, (learnt or {}).get(name)))
@@ -71,7 +75,9 @@ class Worker:
             self._groups[model] = ModelGroups()
         return self._gates[model]
 
-    async def run_forever(self) -> None:
+    async def run_forever(self, *, burst: bool = False) -> None:
+        """Claim and run batches until told to stop; with ``burst``, until nothing runs and the store has nothing
+        this worker may take now (arq's burst mode: how tests drive a worker in process)."""
         await self.heartbeat.beat(force=True)  # counted among the live workers before its first claim
         log.info("worker %s serving %s", self.worker_id, ", ".join(sorted(self.slots)) or "(no models)")
         while not self._stop.is_set():
@@ -81,6 +87,8 @@ class Worker:
                 await self.keep_learnt_limits()
             except Exception:  # keep the worker alive through a store hiccup; the next tick retries
                 log.exception("worker tick failed")
+            if burst and not self._active and not self._wake.is_set():  # a wake: a batch ended during the claim
+                return
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rt.settings.worker.tick_seconds)
             except TimeoutError:

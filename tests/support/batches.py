@@ -81,11 +81,13 @@ def post_batch_from(server: Server, content: bytes, api_key: str | None = None, 
     return post_batch(server, api_key=api_key, input_file_id=upload(server, content, api_key=api_key), **fields)
 
 
-def create(server: Server, records: list[dict[str, Any]], *, endpoint: str = CHAT,
-           priority: str | None = None) -> dict[str, Any]:
-    """Create a batch from inline requests; returns the create answer (a 200, or the test fails)."""
-    fields: dict[str, Any] = {} if priority is None else {"priority": priority}
-    response = post_batch(server, endpoint=endpoint, requests=records, **fields)
+def create(server: Server, records: list[dict[str, Any]], *, endpoint: str = CHAT, priority: str | None = None,
+           api_key: str | None = None, **fields: Any) -> dict[str, Any]:
+    """Create a batch from inline requests (``fields``: more of the create's); returns the create answer (a 200,
+    or the test fails)."""
+    if priority is not None:
+        fields["priority"] = priority
+    response = post_batch(server, api_key=api_key, endpoint=endpoint, requests=records, **fields)
     assert response.status_code == 200, response.text
     return response.json()
 

@@ -3,13 +3,14 @@ no test waits a fixed time for something to happen."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from openrelay.types import TERMINAL  # a batch in one of these has ended (StrEnums: the API's strings match)
 
-__all__ = ["TERMINAL", "wait_for", "status_of", "until_terminal"]
+__all__ = ["TERMINAL", "wait_for", "wait_for_async", "status_of", "until_terminal"]
 
 T = TypeVar("T")
 
@@ -24,6 +25,18 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, ev
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(every)
+
+
+async def wait_for_async(check: Callable[[], T | None], what: str, timeout: float = 60.0, every: float = 0.002) -> T:
+    """``wait_for`` inside an event loop (an engine double's handler waiting for the worker to see something)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(every)
 
 
 def status_of(batch: Any) -> str:

@@ -5,7 +5,7 @@ same whichever is walked.
 
 The ended batches are written by the store's own functions: created by ``Batches.create``, then moved to their
 terminal status and counted by ``ended_counts.count_ended`` in one transaction, as ``Results._finalize`` does (the
-full worker path is tests/test_ended_counts.py's)."""
+full worker path is tests/unit/test_ended_counts.py's)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from openrelay.validation import scan
 from openrelay.validation.lines import Block, read_blocks
 from openrelay.validation.records import NumberGate
 from openrelay.validation.scan import inline_lines, scan_records
-from tests.test_scan_fast_path import CATALOG, EP, record, reference, scanned
+from tests.unit.test_scan_fast_path import CATALOG, EP, record, reference, scanned
 
 
 def ordinary(count: int, prefix: str = "r", model: str = "m/chat") -> list[bytes]:

@@ -19,7 +19,7 @@ from openrelay.store.db import BASELINE, MIGRATIONS, Database
 from openrelay.store.schema import metadata
 from tests.support.store_rows import fresh_url
 
-FIXTURES = Path(__file__).parent / "fixtures" / "schema_0021"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "schema_0021"  # tests/fixtures
 
 
 def _schema(db: Database) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from openrelay.store.accounts import Accounts
 from openrelay.store.db import Database
 from openrelay.store.idempotency import Claim, IdempotencyKeys
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WALL_CLOCK = re.compile(r"\btime\.time(_ns)?\b|\bdatetime\.(now|utcnow|today)\(|\bdate\.today\(")
 
 

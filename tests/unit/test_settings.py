@@ -26,7 +26,7 @@ from openrelay.config import (
 from openrelay.errors import ConfigError
 from openrelay.store.db import Database
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 def env_var(group: type, name: str) -> str:
     """The environment variable of one setting: ``env_var(HttpLimits, "max_header_bytes")``."""
     return {f.name: f for f in dataclasses.fields(group)}[name].metadata["env"]

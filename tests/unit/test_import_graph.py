@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "import_cycles.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import_cycles.py"
 
 
 def test_no_package_or_file_imports_what_imports_it() -> None:
