@@ -126,7 +126,7 @@ def start_llama(args: argparse.Namespace, work: Path) -> Engine | None:
     print(f"\nllama-server (SmolLM2-135M, {args.concurrency} slots, {args.llama_threads} threads, --metrics)",
           flush=True)
     return Engine("llama-server", url, "smollm2", "llama.cpp",
-                  ("llamacpp:requests_processing", "llamacpp:requests_deferred"), burst_every=0.25, max_rate=40,
+                  ("llamacpp:requests_processing", "llamacpp:requests_deferred"), burst_every=0.5, max_rate=40,
                   priority=False, stop=lambda: stop_llama_cpp_server(proc))
 
 
@@ -344,13 +344,13 @@ def bench_engine(engine: Engine, args: argparse.Namespace, work: Path) -> None:
             if row.preemptions:
                 text += f"  preemptions {row.preemptions}"
             print(text, flush=True)
-    for (traffic, label), row in rows.items():
-        if "load_metrics" in label or "engine_priority" in label:
+    for (traffic, label), row in rows.items():  # the issue's goals: load metrics in bursts, priority throughout
+        if ("load_metrics" in label and traffic == "bursts") or "engine_priority" in label:
             ratio = row.p90 / rows[traffic, "alone"].p90  # type: ignore[operator]
             goal = 1.2 if "engine_priority" in label else 1.5
             text = (f"  goal, {traffic}, {label}: p90 {ratio:.2f}x alone "
                     f"(<= {goal}: {'met' if ratio <= goal else 'NOT met'})")
-            if "load_metrics" in label and traffic == "bursts":
+            if "load_metrics" in label:
                 share = row.rate / solo  # type: ignore[operator]
                 text += f"; batch {share:.2f} of solo (>= 0.7: {'met' if share >= 0.7 else 'NOT met'})"
             print(text)
@@ -366,11 +366,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="the engines' slots, the batch's and the plain "
                         "client's concurrency")
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--batch-words", type=int, default=100, help="words of each batch record's notes")
+    parser.add_argument("--batch-words", type=int, default=30, help="words of each batch record's notes")
     parser.add_argument("--seed", type=int, default=33)
     parser.add_argument("--decode-seconds", type=float, default=0.5, help="the test engine's, per request")
     parser.add_argument("--prefill-seconds-per-token", type=float, default=0.0005, help="the test engine's")
-    parser.add_argument("--llama-threads", type=int, default=2)
+    # One thread: llama.cpp's threads wait on each other whenever one is preempted, and this machine's 2 cores are
+    # shared with orl serve, orl worker and the clients.
+    parser.add_argument("--llama-threads", type=int, default=1)
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.busy, args.quiet = 6.0, 2.0, 4.0
