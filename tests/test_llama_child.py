@@ -69,7 +69,7 @@ def test_the_servers_llama_server_is_restarted_after_kill_9_and_killed_with_its_
     first.kill()  # kill -9
     assert gone(first)
     second = the_llama_child(server.proc.pid, other_than=first.pid)
-    assert "paris" in chat_batch_completes(server, "Name the capital of France in one word.").lower()
+    assert "paris" in chat_batch_completes(server, "What is the capital of France? One word.").lower()
     port = second.cmdline()[second.cmdline().index("--port") + 1]
     metrics = http_client.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
     assert metrics.status_code == 200 and "llamacpp:prompt_tokens_total" in metrics.text  # the sharing's source

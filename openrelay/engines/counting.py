@@ -134,7 +134,7 @@ class _LlamaServer:
 
         child = running(self._model)
         sent = request_body(endpoint, body, 1) if endpoint == "/v1/chat/completions" else None
-        if child is None or not child.up or not isinstance(sent, dict):
+        if child is None or not isinstance(sent, dict):
             return Count(approximate_tokens(endpoint, body), exact=False)
         try:
             answer = self._http.post(f"{child.url}/v1/chat/completions/input_tokens", json=sent)

@@ -64,14 +64,16 @@ class LlamaServerEngine:
         sent = request_body(endpoint, body, self.default_max_tokens)
         if isinstance(sent, str):
             return EngineReply(400, error_envelope(sent))
-        return await self._send(endpoint, sent)
+        reply = await self._send(endpoint, sent)
+        if endpoint == "/v1/completions" and str(reply.body.get("id")).startswith("chatcmpl-"):
+            reply.body["id"] = reply.body["id"][4:]  # a text completion's id is OpenAI's "cmpl-..."
+        return reply
 
     async def _send(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         child = running(self.model_name)
         if child is None:
             raise EngineUnavailable(f"{self.model_name} runs on a llama-server of `orl serve` or `orl worker`, and "
                                     "none runs in this process")
-        await child.ready()
         return await child.http.call(endpoint, body)
 
     async def _respond(self, body: dict[str, Any]) -> EngineReply:
@@ -88,7 +90,7 @@ class LlamaServerEngine:
 
     async def healthy(self) -> bool:
         child = running(self.model_name)
-        return child is not None and child.up and await child.http.healthy()
+        return child is not None and await child.http.healthy()
 
     async def aclose(self) -> None:
         """Nothing of its own: the server belongs to the process (``llama_child.supervising``)."""

@@ -21,7 +21,6 @@ from pathlib import Path
 from ..backoff import Backoff
 from ..catalog import Catalog, ModelSpec
 from ..errors import ConfigError
-from .base import EngineUnavailable
 from .openai_http import OpenAIEngine
 from .packaged import packaged_file
 
@@ -29,8 +28,7 @@ __all__ = ["LlamaChild", "children_of", "supervising", "running"]
 
 log = logging.getLogger("openrelay.engines")
 
-_READY_SECONDS = 60.0  # a call waits this long for its model's server to be up (a start, or a restart) before it
-# is the engine's outage (worker/gate.py)
+_START_SECONDS = 60.0  # a process starts serving once its servers answer, or after this long without them
 _RESTARTS = Backoff(base=0.5, cap=30.0)  # the wait before a restart, doubling while it keeps dying young
 _STEADY_SECONDS = 60.0  # a server that ran this long had no part in the failures before it
 _RUNNING: dict[str, LlamaChild] = {}  # this process's servers by model: engines and counting find them here
@@ -65,20 +63,8 @@ class LlamaChild:
                         str(threads), "--metrics", "--no-webui"]
         self.log_path = log_path
         self.http = OpenAIEngine({"base_url": self.url + "/v1"}, max_connections=parallel)
-        self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._proc: asyncio.subprocess.Process | None = None
-
-    async def ready(self) -> None:
-        """Return once the server answers; ``EngineUnavailable`` when it does not within ``_READY_SECONDS``."""
-        try:
-            await asyncio.wait_for(self._ready.wait(), _READY_SECONDS)
-        except TimeoutError:
-            raise EngineUnavailable(f"{self.name}: llama-server is not up (its log: {self.log_path})") from None
-
-    @property
-    def up(self) -> bool:
-        return self._ready.is_set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._supervise(), name=f"llama-server {self.name}")
@@ -96,20 +82,12 @@ class LlamaChild:
                     code: int | str = f"{exc.__class__.__name__}: {exc}"
                 else:
                     log.info("llama-server for %s started (pid %d, %s)", self.name, self._proc.pid, self.url)
-                    waiting = asyncio.create_task(self._mark_ready())
-                    code = await self._proc.wait()
-                    waiting.cancel()
-                    self._ready.clear()
+                    code = await self._proc.wait()  # calls meanwhile are refused: the gate probes until it is back
                 failures = 1 if time.monotonic() - started > _STEADY_SECONDS else failures + 1
                 delay = _RESTARTS.delay(failures)
                 log.warning("llama-server for %s exited with %s; restarting in %.1f s (its log: %s)", self.name,
                             code, delay, self.log_path)
                 await asyncio.sleep(delay)
-
-    async def _mark_ready(self) -> None:
-        while not await self.http.healthy():  # 503 while the model loads
-            await asyncio.sleep(0.1)
-        self._ready.set()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -123,7 +101,6 @@ class LlamaChild:
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
-        self._ready.clear()
         await self.http.aclose()
 
 
@@ -146,9 +123,10 @@ async def supervising(children: list[LlamaChild]) -> AsyncIterator[None]:
         _RUNNING[child.name] = child
         child.start()
     try:
-        for child in children:  # so that counts are exact from the first request (engines/counting.py)
-            with contextlib.suppress(EngineUnavailable):  # not up in a minute: calls wait for it, then probe it
-                await child.ready()
+        deadline = time.monotonic() + _START_SECONDS  # counts are exact from the first request (engines/counting.py)
+        for child in children:
+            while not await child.http.healthy() and time.monotonic() < deadline:  # 503 while the model loads
+                await asyncio.sleep(0.1)
         yield
     finally:
         for child in children:
