@@ -29,6 +29,7 @@ middlewares and the connection alike)::
     │   ├── BlobMissing                  500 blob_missing            the key names no blob (blobs/base.py)
     │   └── LeaseLost                    (a worker's, not an answer) its lease was taken over (store/results.py)
     ├── EngineUnavailable                (a worker's, not an answer) no answer from an engine (engines/base.py)
+    │   └── EngineTimedOut               (a worker's, not an answer) none within the engine's timeout
     ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
     └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 

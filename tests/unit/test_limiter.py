@@ -16,13 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from openrelay.worker.limiter import (
-    OVERLOAD_BACKOFF,
-    ConcurrencyLimiter,
-    Outcome,
-    Token,
-    outcome_for_status,
-)
+from openrelay.worker.limiter import OVERLOAD_BACKOFF, ConcurrencyLimiter, Token
+from openrelay.worker.outcome import Outcome
 
 REJECT_LATENCY = 0.01  # a 429 comes back at once
 Work = Callable[[], float]
@@ -328,7 +323,8 @@ def test_429_backs_off_once_per_round_and_never_below_the_minimum() -> None:
     assert seen[-1] == 2 and min(seen) == 2
 
 
-def test_errors_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
+def test_failures_refusals_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
+    telling_nothing = [o for o in Outcome if o is not Outcome.SUCCESS and not o.backs_off]
     now = [0.0]
     limiter = ConcurrencyLimiter(1, 64, initial=8, clock=lambda: now[0])
 
@@ -337,7 +333,7 @@ def test_errors_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
             tokens = [await limiter.acquire() for _ in range(8)]
             now[0] += 1
             for token in tokens:
-                limiter.release(token, Outcome.ERROR if i % 2 else Outcome.IGNORE)
+                limiter.release(token, telling_nothing[i % len(telling_nothing)])
 
     asyncio.run(calls())
     assert limiter.limit == 8 and limiter.in_flight == 0
@@ -357,7 +353,8 @@ def test_bounds_hold_under_any_answers() -> None:
             if held:
                 now[0] += rng.expovariate(10)
                 token = held.pop(rng.randrange(len(held)))
-                limiter.release(token, rng.choices(list(Outcome), weights=[80, 5, 10, 5])[0])
+                outcomes = [Outcome.SUCCESS, Outcome.OVERLOAD, Outcome.FAILED, Outcome.IGNORE]
+                limiter.release(token, rng.choices(outcomes, weights=[80, 5, 10, 5])[0])
             assert 3 <= limiter.limit <= 20
 
     asyncio.run(calls())
@@ -372,12 +369,6 @@ def test_on_change_reports_each_new_limit() -> None:
 
     asyncio.run(one_overload())
     assert seen == [40] == [limiter.limit]
-
-
-def test_outcome_of_each_status() -> None:
-    assert [outcome_for_status(s) for s in (200, 201, 400, 404, 408, 429, 500, 502, 503, 504)] == [
-        Outcome.SUCCESS, Outcome.SUCCESS, Outcome.ERROR, Outcome.ERROR, Outcome.OVERLOAD, Outcome.OVERLOAD,
-        Outcome.ERROR, Outcome.ERROR, Outcome.OVERLOAD, Outcome.OVERLOAD]
 
 
 def test_a_new_limiter_starts_at_the_bottom() -> None:
@@ -534,7 +525,7 @@ def test_many_tasks_never_exceed_the_limit() -> None:
                 for _ in range(rng.randrange(1, 4)):
                     now[0] += 0.01
                     await asyncio.sleep(0)
-                slot.report(rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.ERROR]))
+                slot.report(rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.FAILED]))
 
     async def contend() -> None:
         await asyncio.gather(*(call() for _ in range(30)))
