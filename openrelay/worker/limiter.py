@@ -6,17 +6,16 @@ concurrency")."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .latency_window import Window
 from .outcome import Outcome
 
-__all__ = ["ConcurrencyLimiter", "Slot", "Token"]
+__all__ = ["ConcurrencyLimiter", "Token"]
 
 TOLERANCE = 0.2  # a window's typical call up to 20% slower than the baseline still counts as the engine keeping up
 # Answers a window needs at the least: enough that a low limit is not judged on a few calls, and that its latency's
@@ -164,24 +163,6 @@ class ConcurrencyLimiter:
         elif window is not None and window.offers_later and window.complete:
             self._offer_baseline(window)
         self._wake_waiters()
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[Slot]:
-        """``async with limiter.slot() as slot: reply = await send(); slot.report(outcome_of(reply))``.
-        Without a report the slot counts as a success if the block ends normally, a failure if it raises and is
-        ignored if it is cancelled."""
-        held = Slot(await self.acquire())
-        outcome = Outcome.SUCCESS
-        try:
-            yield held
-        except asyncio.CancelledError:
-            outcome = Outcome.IGNORE
-            raise
-        except BaseException:
-            outcome = Outcome.FAILED
-            raise
-        finally:
-            self.release(held.token, held.outcome or outcome, held.work)
 
     def _count_in_flight(self, change: int) -> tuple[float, float]:
         """Counts ``change`` calls more in flight from now on; returns now, and the integral of the calls in flight
@@ -347,16 +328,3 @@ class ConcurrencyLimiter:
         self._estimate = min(max(value, float(self.min_limit)), float(self.max_limit))
         if self.limit != before and self.on_change is not None:
             self.on_change(self.limit)
-
-
-@dataclass(slots=True)
-class Slot:
-    """A slot held by ``ConcurrencyLimiter.slot``; ``report`` says how its call went."""
-
-    token: Token
-    outcome: Outcome | None = None
-    work: float = 1.0
-
-    def report(self, outcome: Outcome, work: float = 1.0) -> None:
-        self.outcome = outcome
-        self.work = work

@@ -424,9 +424,10 @@ def test_a_newcomer_does_not_pass_a_waiter() -> None:
         order: list[str] = []
 
         async def take(name: str) -> None:
-            async with limiter.slot():
-                order.append(name)
-                await asyncio.sleep(0)
+            token = await limiter.acquire()
+            order.append(name)
+            await asyncio.sleep(0)
+            limiter.release(token, Outcome.SUCCESS)
 
         waiting = asyncio.create_task(take("waiter"))
         await asyncio.sleep(0)
@@ -468,36 +469,10 @@ def test_a_waiter_cancelled_as_its_slot_arrives_gives_it_back() -> None:
         with pytest.raises(asyncio.CancelledError):
             await waiter
         assert limiter.in_flight == 0
-        async with limiter.slot():
-            assert limiter.in_flight == 1
+        await limiter.acquire()
+        assert limiter.in_flight == 1
 
     asyncio.run(cancel_granted())
-
-
-def test_slot_outcomes_without_a_report() -> None:
-    now = [0.0]
-
-    async def blocks() -> None:
-        limiter = ConcurrencyLimiter(1, 64, initial=10, clock=lambda: now[0])
-        with pytest.raises(ValueError):
-            async with limiter.slot():
-                raise ValueError("send failed")  # an error: the slot is freed, the limit stays
-        assert (limiter.in_flight, limiter.limit) == (0, 10)
-        async with limiter.slot() as slot:
-            slot.report(Outcome.OVERLOAD)
-        assert (limiter.in_flight, limiter.limit) == (0, 8)
-        task = asyncio.create_task(hold(limiter))
-        await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert (limiter.in_flight, limiter.limit) == (0, 8)
-
-    async def hold(limiter: ConcurrencyLimiter) -> None:
-        async with limiter.slot():
-            await asyncio.Event().wait()
-
-    asyncio.run(blocks())
 
 
 def test_many_tasks_never_exceed_the_limit() -> None:
@@ -521,11 +496,11 @@ def test_many_tasks_never_exceed_the_limit() -> None:
 
     async def call() -> None:
         for _ in range(50):
-            async with limiter.slot() as slot:
-                for _ in range(rng.randrange(1, 4)):
-                    now[0] += 0.01
-                    await asyncio.sleep(0)
-                slot.report(rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.FAILED]))
+            token = await limiter.acquire()
+            for _ in range(rng.randrange(1, 4)):
+                now[0] += 0.01
+                await asyncio.sleep(0)
+            limiter.release(token, rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.FAILED]))
 
     async def contend() -> None:
         await asyncio.gather(*(call() for _ in range(30)))
