@@ -202,7 +202,7 @@ def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
     worker ``runs`` more, of the ``start_models`` when it names ``some_models``."""
     to_end = [_c.status != BatchStatus.IN_PROGRESS.value, _c.expires_at <= sa.bindparam("clock_s"),
               _c.model.not_in(sa.bindparam("models", expanding=True))]
-    orphaned = _c.started.is_(True)
+    orphaned: sa.ColumnElement[bool] = _c.started.is_(True)
     if some_models:
         orphaned = sa.and_(orphaned, _c.model.in_(sa.bindparam("start_models", expanding=True)))
     return (sa.select(_c.id).where(_c.status.in_(CLAIMABLE_VALUES), _FREE,

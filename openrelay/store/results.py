@@ -177,7 +177,7 @@ def _end_statement(status: BatchStatus, *, every_unlined: bool, errors: bool, ou
     """The terminal update of ``Results.finalize``, fenced by the lease (``owner``) and guarded by the statuses
     the end starts from: ``every_unlined`` counts every record without a line as failed, else the ``unrun`` ones
     are added to the failed."""
-    stamp = sa.bindparam("stamp")
+    stamp: sa.BindParameter[int] = sa.bindparam("stamp")
     values: dict[str, Any] = {
         "status": status.value, "lease_owner": None, "lease_expires_at": None, f"{status.value}_at": stamp,
         "failed": _c.total - _c.completed if every_unlined else _c.failed + sa.bindparam("unrun"), "retry_at": None,

@@ -35,10 +35,10 @@ def error_line(custom_id: str, *, code: str, message: str, status_code: int | No
 
 def engine_error_line(custom_id: str, status_code: int, body: dict[str, Any], request_id: str) -> bytes:
     """A record the engine refused (4xx) or kept failing (5xx after retries)."""
-    err = body.get("error") if isinstance(body.get("error"), dict) else body
+    err = found if isinstance(found := body.get("error"), dict) else body
     code = next((v for v in (err.get("code"), err.get("type")) if isinstance(v, str) and v), None)
     code = code or ("server_error" if status_code >= 500 else "invalid_request_error")
-    message = err.get("message") if isinstance(err.get("message"), str) else None
+    message = found if isinstance(found := err.get("message"), str) else None
     return error_line(custom_id, code=code, message=message or f"engine answered {status_code}",
                       status_code=status_code, request_id=request_id)
 

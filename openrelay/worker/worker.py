@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -114,7 +115,7 @@ class Worker:
             self._active[batch.id] = task
             if batch.status is BatchStatus.IN_PROGRESS:
                 self._runs[batch.id] = batch.model
-            task.add_done_callback(lambda _t, bid=batch.id: self._done(bid))
+            task.add_done_callback(functools.partial(self._done, batch.id))
             if batch.from_queue and not (self._may_run_more() and self._models_within_share()):
                 # No batch to end was waiting (the claim looks for those first), and this worker may start no
                 # other: one more claim would find nothing. A batch to end that appears meanwhile waits a tick.
@@ -124,7 +125,7 @@ class Worker:
         max_batches = self.rt.settings.worker.max_batches
         return max_batches is None or len(self._runs) < max_batches
 
-    def _done(self, batch_id: str) -> None:
+    def _done(self, batch_id: str, _task: asyncio.Task[None]) -> None:
         was_full = len(self._active) >= self.capacity
         self._active.pop(batch_id, None)
         if batch_id in self._runs or was_full:  # not already told by its end's commit (``_ended``)
