@@ -16,7 +16,8 @@ the window and is cancelled after it. "solo" is the same batch with no interacti
 Engines: the test engine (tests/support/test_engine.py) as vLLM would serve: ``--slots 4``, a waiting queue,
 ``--scheduling priority --preempt`` (the body's ``priority``, lower first, interactive at the default 0),
 ``--metrics-dialect vllm``, and a service time (``--decode-seconds``, plus ``--prefill-seconds-per-token`` of the
-prompt); llama.cpp's llama-server on SmolLM2-135M (``--metrics``, 4 slots, ``--llama-threads``; built by
+prompt); llama.cpp's llama-server on SmolLM2-135M (``--metrics``, 4 slots, ``--llama-threads``, no host-memory
+prompt cache, so that the prompts every setup sends again are computed again; built by
 scripts/setup.sh, skipped with a message if it is not), which has no priority scheduling.
 
 Printed per setup: the interactive requests' p50 and p90 latency (sent to answered, client side) and p90 against
@@ -122,7 +123,8 @@ def start_llama(args: argparse.Namespace, work: Path) -> Engine | None:
         print(f"\nllama-server: skipped, {llama_server_binary()} is not built (scripts/setup.sh builds it)")
         return None
     proc, url = start_llama_cpp_server(free_port(), work / "llama-server.log", parallel=args.concurrency,
-                                       ctx_per_slot=512, threads=args.llama_threads)
+                                       ctx_per_slot=512, threads=args.llama_threads,
+                                       cache_ram_mib=0)  # no host prompt cache: a prompt seen before is not free
     print(f"\nllama-server (SmolLM2-135M, {args.concurrency} slots, {args.llama_threads} threads, --metrics)",
           flush=True)
     return Engine("llama-server", url, "smollm2", "llama.cpp",
@@ -200,12 +202,10 @@ class Background:
                     records: Path) -> None:
         """Starts it and returns once it has answered ``--concurrency`` records."""
         if self.kind == "plain":
-            bodies = [orjson.dumps({**batch_record(i, args.batch_words, args.max_tokens), "model": engine.served})
-                      for i in range(64)]
-
             async def lane(n: int) -> None:
-                for i in range(n, 1 << 30, args.concurrency):
-                    async with session.post(f"{engine.url}/chat/completions", data=bodies[i % len(bodies)],
+                for i in range(n, 1 << 30, args.concurrency):  # records of their own: none found in a cache
+                    body = {**batch_record(-1 - i, args.batch_words, args.max_tokens), "model": engine.served}
+                    async with session.post(f"{engine.url}/chat/completions", data=orjson.dumps(body),
                                             headers={"content-type": "application/json"}) as response:
                         await response.read()
                     self.answered += 1
