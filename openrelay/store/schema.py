@@ -107,6 +107,7 @@ batches = Table(
     Column("retry_at", Float),  # a failed run's batch waits until then before a worker takes it again
     Column("throughput_window", Text),  # the last minute's flushes, per second (store/throughput.py); JSON or null
     Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
+    Column("yielding", Boolean, nullable=False, default=False),  # its worker leaves the engine to others (0024)
     Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # of its key's hard budget (0016)
     Column("output_expires_seconds", Integer),  # output_expires_after.seconds: its result files' expiry (0014)
     Column("unrun", Integer, nullable=False, default=0),  # records an ended batch never started (0023)

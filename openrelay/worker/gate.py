@@ -54,6 +54,11 @@ class EngineGate:
         """Requests the open replicas take at once now: the sum of their limits."""
         return sum(r.limit for r in self.replicas if r.is_open)
 
+    @property
+    def yielding(self) -> bool:
+        """Whether a replica leaves room to others' requests now (``yield_to_interactive``)."""
+        return any(r.yielding for r in self.replicas if r.is_open)
+
     async def answer(self, endpoint: str, body: dict[str, Any], stop_reason: Callable[[], StopReason | None],
                      group: int = 0) -> EngineReply:
         """The engine's final answer to one request of prefix group ``group`` (0: none). Raises ``Stopped``
@@ -120,17 +125,23 @@ class EngineGate:
 
     async def _pick(self, group: int, stop_reason: Callable[[], StopReason | None],
                     avoid: Replica | None) -> Replica:
-        """An open replica for a record of ``group``; waits while every replica is out."""
+        """An open replica for a record of ``group``; waits while every replica is out, or held back for others'
+        requests on it (``yield_to_interactive``)."""
         while True:
             reason = stop_reason()
             if reason == "lost":
                 raise Stopped(reason)
             open_ = [r for r in self.replicas if r.is_open]
-            if open_:
-                return _choose(open_, group, avoid)
+            for replica in open_:
+                await replica.load_known()
+            ready = [r for r in open_ if not r.held_back]
+            if ready:
+                return _choose(ready, group, avoid)
             if reason is not None:
                 raise Stopped(reason)
-            waits = [asyncio.ensure_future(r.wait_open(self.settings.worker.tick_seconds)) for r in self.replicas]
+            tick = self.settings.worker.tick_seconds
+            waits = [asyncio.ensure_future(r.wait_room(tick) if r.is_open else r.wait_open(tick))
+                     for r in self.replicas]
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:

@@ -128,25 +128,28 @@ class BatchRun:
         await asyncio.to_thread(self.rt.leases.mark_running, self.batch.id, self.worker_id, limit)
         self._publishing = asyncio.create_task(self._publish_limit(limit))
 
-    async def _publish_limit(self, shown: int | None) -> None:
+    async def _publish_limit(self, limit: int | None) -> None:
         """Keep the batch's row showing the concurrency it runs at (the progress object's
         ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
-        open replicas allow now, shared by its running batches in this process. ``shown``: what the row shows
-        already (``mark_running`` wrote it). Written when it changes, at most once a second; a failed write is
-        tried at the next change."""
+        open replicas allow now, shared by its running batches in this process; and whether it leaves the engine
+        to others' requests now (``yielding``). ``limit``: what the row shows already (``mark_running`` wrote
+        it). Written when it changes, at most once a second; a failed write is tried at the next change."""
+        shown: tuple[int | None, bool | None] = (limit, None)  # a resumed run may find ``yielding`` left set
         while True:
             await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
-            limit = self._concurrency_now()
-            if limit != shown:
+            now = (self._concurrency_now(), self.gate.yielding)
+            if now != shown:
                 try:
                     await asyncio.to_thread(self.rt.leases.set_concurrency_limit, self.batch.id, self.worker_id,
-                                            limit)
-                    shown = limit
+                                            *now)
+                    shown = now
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
 
     def _concurrency_now(self) -> int:
-        return self.gate.limit if self.spec.adaptive else self.spec.concurrency
+        if self.spec.adaptive:
+            return self.gate.limit
+        return min(self.spec.concurrency, self.gate.limit) if self.gate.yielding else self.spec.concurrency
 
     def _finalize(self) -> None:
         """The terminal status, from the store's counts after the last write. The chunks the finalizing composes
