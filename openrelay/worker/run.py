@@ -21,7 +21,7 @@ from .. import tracing
 from ..catalog import ModelSpec
 from ..engines.base import EngineReply
 from ..failure_threshold import ABORTED_RECORD_CODE, FailureThreshold
-from ..ids import new_request_id
+from ..ids import new_record_request_id
 from ..metrics import RUNNING_BATCHES
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
@@ -250,7 +250,7 @@ class BatchRun:
             self.abort.settled(failed=True)
             return True
         custom_id = record["custom_id"]
-        request_id = new_request_id()
+        request_id = new_record_request_id()
         try:
             async with self.billing.holding(line, record["body"]) as hold:
                 with tracing.engine_calls(request_id, self.batch.id, line):
