@@ -86,6 +86,26 @@ def test_a_batch_sends_nothing_while_others_wait_and_takes_the_engine_back(make_
     assert sorted(batch_texts(engine)) == [f"record {i}" for i in range(4)]  # each sent once
 
 
+def test_records_waiting_for_room_are_left_unsent_by_a_cancel(make_server, engine, engine_url, interactive):
+    engine.config(slots=1)
+    server = make_server(catalog=sharing_catalog(engine_url, 'load_metrics = "vllm"'))
+    interactive.send("a person's question #hold=chat")
+    engine.wait_held("chat")
+    interactive.send("another person's question")
+    engine.wait_stats(running=1, waiting=1)
+    batch_id = create(server, [chat(f"r{i}", f"record {i}") for i in range(3)])["id"]
+    wait_for(lambda: get(server, batch_id)["openrelay"]["yielding"], "the batch to yield")
+    assert server.http("POST", f"/batches/{batch_id}/cancel").status_code == 200
+    batch = server.wait(batch_id)
+    assert batch["status"] == "cancelled"
+    assert batch["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+    out, err = results(server, batch)
+    assert out == {} and {line["error"]["code"] for line in err.values()} == {"batch_cancelled"}
+    assert all("before this request started" in line["error"]["message"] for line in err.values()), err
+    assert batch_texts(engine) == []
+    engine.release("chat")
+
+
 def test_the_engines_load_and_the_yielding_are_on_metrics(make_server, engine, engine_url, interactive):
     engine.config(slots=1, metrics_dialect="sglang")
     server = make_server(catalog=sharing_catalog(engine_url, 'load_metrics = "sglang"'))

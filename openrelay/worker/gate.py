@@ -25,9 +25,10 @@ StopReason = Literal["lost", "drained", "cancelled", "aborted", "expired"]
 
 class Stopped(Exception):
     """A record left unanswered because its batch stops: its lease was lost (at once), or it was cancelled, ran
-    out of its window or its worker is draining while the engine was not answering."""
+    out of its window or its worker is draining while the engine was not answering; ``unsent``: while it waited for
+    room others' requests had on the engine (it is left unrun, as a record not yet taken)."""
 
-    def __init__(self, reason: StopReason) -> None:
+    def __init__(self, reason: StopReason | Literal["unsent"]) -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -52,12 +53,14 @@ class EngineGate:
     @property
     def limit(self) -> int:
         """Requests the open replicas take at once now: the sum of their limits."""
-        return sum(r.limit for r in self.replicas if r.is_open)
+        return sum(r.own_limit for r in self.replicas if r.is_open)
 
     @property
-    def yielding(self) -> bool:
-        """Whether a replica leaves room to others' requests now (``yield_to_interactive``)."""
-        return any(r.yielding for r in self.replicas if r.is_open)
+    def room(self) -> int | None:
+        """While a replica leaves room to others' requests (``yield_to_interactive``): the requests the open
+        replicas take now, less that room; else None."""
+        open_ = [r for r in self.replicas if r.is_open]
+        return sum(r.limit for r in open_) if any(r.yielding for r in open_) else None
 
     async def answer(self, endpoint: str, body: dict[str, Any], stop_reason: Callable[[], StopReason | None],
                      group: int = 0) -> EngineReply:
@@ -138,7 +141,7 @@ class EngineGate:
             if ready:
                 return _choose(ready, group, avoid)
             if reason is not None:
-                raise Stopped(reason)
+                raise Stopped("unsent" if open_ else reason)
             tick = self.settings.worker.tick_seconds
             waits = [asyncio.ensure_future(r.wait_room(tick) if r.is_open else r.wait_open(tick))
                      for r in self.replicas]

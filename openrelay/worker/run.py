@@ -137,7 +137,8 @@ class BatchRun:
         shown: tuple[int | None, bool | None] = (limit, None)  # a resumed run may find ``yielding`` left set
         while True:
             await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
-            now = (self._concurrency_now(), self.gate.yielding)
+            room = self.gate.room  # records wait for it at the gate, taken from the queue: they go as it comes
+            now = (self._concurrency_now(), False) if room is None else (min(room, self._concurrency_now()), True)
             if now != shown:
                 try:
                     await asyncio.to_thread(self.rt.leases.set_concurrency_limit, self.batch.id, self.worker_id,
@@ -147,9 +148,7 @@ class BatchRun:
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
 
     def _concurrency_now(self) -> int:
-        if self.spec.adaptive:
-            return self.gate.limit
-        return min(self.spec.concurrency, self.gate.limit) if self.gate.yielding else self.spec.concurrency
+        return self.gate.limit if self.spec.adaptive else self.spec.concurrency
 
     def _finalize(self) -> None:
         """The terminal status, from the store's counts after the last write. The chunks the finalizing composes
