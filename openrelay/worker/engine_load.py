@@ -5,6 +5,7 @@ docs/engines.md, "Sharing an engine with interactive traffic"."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -73,13 +74,14 @@ class EngineLoad:
 
         labels = (model, replica)
         for state in ("running", "waiting", "ours"):
-            ENGINE_LOAD.labels(*labels, state).set_function(
-                lambda state=state: math.nan if self.reading is None else getattr(self.reading, state))
-        ENGINE_KV_CACHE_USAGE.labels(*labels).set_function(
-            lambda: math.nan if self.reading is None or self.reading.kv_cache_usage is None
-            else self.reading.kv_cache_usage)
+            ENGINE_LOAD.labels(*labels, state).set_function(functools.partial(self._as_read, state))
+        ENGINE_KV_CACHE_USAGE.labels(*labels).set_function(functools.partial(self._as_read, "kv_cache_usage"))
         ENGINE_LOAD_READABLE.labels(*labels).set_function(lambda: self.readable)
         ENGINE_YIELDING.labels(*labels).set_function(lambda: self.yielding)
+
+    def _as_read(self, name: str) -> float:
+        value = None if self.reading is None else getattr(self.reading, name)
+        return math.nan if value is None else float(value)
 
     def room(self) -> int:
         """The calls this process may have in flight on the replica now (``room`` above)."""
