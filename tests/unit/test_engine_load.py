@@ -4,13 +4,19 @@ decides how many calls a worker leaves on a replica shared with others' requests
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from openrelay.catalog import parse_catalog
+from openrelay.config import Settings
 from openrelay.engines.factory import check_engines
 from openrelay.engines.load_metrics import UnreadableLoad, metrics_urls, parse_load
 from openrelay.errors import CatalogError
 from openrelay.worker.engine_load import Reading, room
+from openrelay.worker.gate import EngineGate
+from openrelay.worker.replicas import Replica
+from tests.support.mock_engine import MockEngine, echo
 
 # Shaped as each engine writes them: HELP and TYPE lines, labels (one sample per model or engine), names that
 # share a prefix with the gauges read, histograms, timestamps.
@@ -136,3 +142,45 @@ def reading(running: int, waiting: int, ours: int) -> Reading:
 def test_the_room_left_to_others(limit: int, load: Reading | None, full: int | None, allowed: int,
                                  why: str) -> None:
     assert room(limit, load, full) == allowed, why
+
+
+class Metrics:
+    """A replica's metrics endpoint, replaced at its boundary (``MetricsReader``): the load it says now."""
+
+    def __init__(self, running: int = 0, waiting: int = 0) -> None:
+        self.url = "http://replica.test/metrics"
+        self.load = (running, waiting, None)
+
+    async def read(self) -> tuple[int, int, None]:
+        return self.load
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_replica_busy_with_others_work_gets_fewer_records_and_its_prefix_groups_spill() -> None:
+    settings = Settings(data_dir=".", database_url="sqlite://")  # type: ignore[arg-type]
+    replicas = [Replica("m", f"http://{name}.test/v1", MockEngine(echo), settings, limiter=None, capacity=4)
+                for name in ("a", "b")]
+    busy, quiet = replicas
+    busy_metrics = Metrics(running=2, waiting=1)  # others' requests wait on it: it takes no new record
+    busy.watch_load(busy_metrics, yields=True)  # type: ignore[arg-type]
+    quiet.watch_load(Metrics(), yields=True)  # type: ignore[arg-type]
+    gate = EngineGate("m", replicas, settings)
+    home_of_busy = next(g for g in range(1, 100) if busy.score(g) > quiet.score(g))
+
+    async def picks() -> list[Replica]:
+        return [await gate._pick(group, lambda: None, None) for group in (home_of_busy, 0)]
+
+    async def scenario() -> None:
+        assert await picks() == [quiet, quiet]  # its own group spills, records of no group go elsewhere
+        assert (gate.room, gate.limit) == (4, 8)  # the batch is yielding: its limit less the busy replica's room
+        busy_metrics.load = (3, 0, None)  # none waits now; three of others' run on an engine seen full at 2
+        await busy.load.read()
+        assert await picks() == [quiet, quiet]
+        busy_metrics.load = (0, 0, None)  # they left: the engine is the batch's again
+        await busy.load.read()
+        assert (await picks())[0] is busy and gate.room is None  # the group goes home again
+        await gate.aclose()
+
+    asyncio.run(scenario())
