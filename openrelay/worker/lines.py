@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from ..lifecycle import End
 from ..types import Rejection
 
 __all__ = ["output_line", "error_line", "engine_error_line", "rejection_line", "unrun_line"]
@@ -47,12 +48,7 @@ def rejection_line(rejection: Rejection) -> bytes:
     return error_line(rejection.custom_id, code=rejection.code, message=f"line {rejection.line}: {rejection.message}")
 
 
-def unrun_line(custom_id: str, code: str) -> bytes:
-    messages = {
-        "batch_cancelled": "the batch was cancelled before this request started",
-        "batch_expired": "the batch's completion window ended before this request started",
-        "batch_failed": "the batch failed before this request started",
-        "batch_aborted": "the batch was stopped by its failure_threshold (too many of its records failed) before "
-                         "this request started",
-    }
-    return error_line(custom_id, code=code, message=messages[code])
+def unrun_line(custom_id: str, end: End, *, waiting: bool = False) -> bytes:
+    """A record the batch's ``end`` left unrun: it never started, or (``waiting``) its engine was not answering."""
+    assert end.unrun_code is not None
+    return error_line(custom_id, code=end.unrun_code, message=end.unrun_message(waiting=waiting))

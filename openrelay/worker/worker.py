@@ -22,6 +22,7 @@ from ..catalog import ModelSpec
 from ..clock import now_ns
 from ..engines.base import Engine
 from ..engines.factory import build_replicas
+from ..lifecycle import End, decide_end
 from ..runtime import Runtime
 from ..store.engine_limits import Learnt
 from ..store.results import LeaseLost
@@ -184,18 +185,12 @@ class Worker:
         its window); otherwise run its records, on the model's gate (its limiters starting from the store's)."""
         spec = self.rt.catalog.models.get(batch.model)
         ended = self._ended_from_thread(batch.id)
-        if batch.status is BatchStatus.CANCELLING:
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED, ended=ended)
-        elif batch.status is BatchStatus.FINALIZING:
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED, ended=ended)
-        elif spec is None:
+        end = decide_end(batch.status, past_window=batch.past_window(), model_offered=spec is not None)
+        if end is not None:
             errors = [{"code": "model_unavailable", "message": f'model "{batch.model}" is no longer offered',
-                       "param": None, "line": None}]
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors,
-                                    ended=ended)
-        elif batch.past_window():
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED, ended=ended)
-        else:
+                       "param": None, "line": None}] if end is End.FAILED else None  # only a model gone, here
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, end, errors, ended=ended)
+        elif spec is not None:
             learnt = None
             if spec.adaptive and batch.model not in self._gates:
                 learnt = await asyncio.to_thread(self.rt.limits.learnt, batch.model)
