@@ -34,12 +34,6 @@ class BatchLeases:
             raise no_such("Batch", batch_id)
         return batch_from_row(row)
 
-    def promote_validated(self) -> int:
-        """Validated batches join their model's queue (in_progress with in_progress_at still null). Every claim
-        does this first, in its own transaction."""
-        with self.db.write() as conn:
-            return _promote_validated(conn)
-
     def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
               busy: frozenset[str] = frozenset(), *, runs: bool = True,
               start_models: Collection[str] | None = None) -> Batch | None:
@@ -49,7 +43,7 @@ class BatchLeases:
         ``start_models``: the models it may run one more batch of (its share of their slots, ``worker/share.py``);
         None: every model.
 
-        Validated batches join their queues first (``promote_validated``), so a claim sees every batch created
+        Validated batches join their queues first (in_progress, in_progress_at still null), so a claim sees every batch created
         before it. Then a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
         cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
         free slot, the queued batch that comes first (``_next_queued``).
@@ -61,7 +55,7 @@ class BatchLeases:
         was waiting when it was claimed.
         """
         with self.db.write() as conn:
-            _promote_validated(conn)
+            conn.execute(_PROMOTE)
             local = seconds()  # read just before the database's clock: the skew to it (``Batch.claimed_at``)
             clock = self.db.clock(conn)
             params: dict[str, object] = {"clock": clock, "clock_s": int(clock), "models": list(slots),
@@ -219,8 +213,3 @@ def end_run(conn: Connection, batch_id: str, worker_id: str, *, may_complete: bo
     if row is None:
         raise no_such("Batch", batch_id)
     return batch_from_row(row)
-
-
-def _promote_validated(conn: Connection) -> int:
-    """Validated batches join their queues; how many."""
-    return conn.execute(_PROMOTE).rowcount
