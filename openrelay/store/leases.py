@@ -43,16 +43,9 @@ class BatchLeases:
         ``start_models``: the models it may run one more batch of (its share of their slots, ``worker/share.py``);
         None: every model.
 
-        Validated batches join their queues first (in_progress, in_progress_at still null), so a claim sees every batch created
-        before it. Then a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
-        cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
-        free slot, the queued batch that comes first (``_next_queued``).
-
-        Atomic however many workers claim at once: the candidate row is locked (``FOR UPDATE SKIP LOCKED`` on
-        PostgreSQL, so a racing worker takes the next one; SQLite's write transaction admits one writer), and the
-        lease is taken by an update that re-checks the lease is free and must change exactly that row. Times are
-        the database's clock. The batch's ``from_queue`` says whether it came from a queue: then no batch to end
-        was waiting when it was claimed.
+        Validated batches join their queues first; then a batch that needs no slot (``_to_end``); then, per model
+        with a free slot, the queued batch that comes first (``_next_queued``). Atomic however many workers claim
+        at once (docs/guarantees.md). ``from_queue``: no batch to end was waiting when it was claimed.
         """
         with self.db.write() as conn:
             conn.execute(_PROMOTE)
@@ -192,8 +185,9 @@ _NEXT_QUEUED = _next_queued_query()
 
 @functools.cache
 def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
-    """The claim's first look: a batch that needs no slot (``BatchLeases.claim``); an orphaned run only when the
-    worker ``runs`` more, of the ``start_models`` when it names ``some_models``."""
+    """The claim's first look, a batch that needs no slot: one being cancelled or finalized, past its window or
+    whose model left the catalog; one started whose lease lapsed only when the worker ``runs`` more, of the
+    ``start_models`` when it names ``some_models``."""
     to_end = [_c.status != BatchStatus.IN_PROGRESS.value, _c.expires_at <= sa.bindparam("clock_s"),
               _c.model.not_in(sa.bindparam("models", expanding=True))]
     orphaned: sa.ColumnElement[bool] = _c.started.is_(True)
