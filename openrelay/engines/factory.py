@@ -144,11 +144,8 @@ def load_readers(spec: ModelSpec) -> list[MetricsReader]:
 
 
 def build_engine(spec: ModelSpec) -> Engine:
+    """The one engine of a model not reached over HTTP (``build_replicas`` builds those)."""
     kind = spec.engine.get("kind")
-    if kind == "openai":
-        from .openai_http import OpenAIEngine
-
-        return OpenAIEngine(spec.engine, max_connections=spec.concurrency * spec.slots)
     if kind == "llama-cpp":
         from .llama_chat import LlamaServerEngine
 

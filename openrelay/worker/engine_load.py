@@ -54,13 +54,11 @@ class EngineLoad:
     ``readable``."""
 
     def __init__(self, model: str, replica: str, reader: MetricsReader, *, yields: bool, ours: Callable[[], int],
-                 own_limit: Callable[[], int], interval: float = READ_SECONDS,
-                 on_read: Callable[[], None] = lambda: None) -> None:
+                 own_limit: Callable[[], int], on_read: Callable[[], None] = lambda: None) -> None:
         """``ours``: this process's calls in flight on the replica; ``own_limit``: how many it may have there
         without load metrics; ``on_read``: told after each read."""
         self.model, self.replica, self.reader = model, replica, reader
         self.yields = yields
-        self.interval = interval
         self.reading: Reading | None = None
         self.full: int | None = None  # requests the engine ran when it last made one wait: its slots, as seen
         self.readable = True
@@ -107,7 +105,7 @@ class EngineLoad:
                 await self.read()
                 if not first.done():
                     first.set_result(None)
-                await asyncio.sleep(self.interval)
+                await asyncio.sleep(READ_SECONDS)
         finally:
             self.reading = None  # nobody looks: it would be stale when somebody does
             if not first.done():

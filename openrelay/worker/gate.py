@@ -101,7 +101,7 @@ class EngineGate:
                         overloads += 1
                         ENGINE_RETRIES.labels(self.model).inc()
                         avoid = replica if others else None
-                        await asyncio.sleep(self._retry_delay(min(overloads, 8)))
+                        await asyncio.sleep(self._retries.delay(min(overloads, 8)))
                         continue
                 attempt += 1
                 if attempt < self.settings.engines.retry_attempts:
@@ -110,7 +110,7 @@ class EngineGate:
                         avoid = replica  # another replica may answer at once: no reason to wait
                         continue
                     avoid = None
-                    await asyncio.sleep(self._retry_delay(attempt))
+                    await asyncio.sleep(self._retries.delay(attempt))
                     continue
                 outage = await replica.outage(failed_on[replica])
                 if outage is None:
@@ -123,9 +123,6 @@ class EngineGate:
         finally:
             for replica in failed_on:
                 replica.failing -= 1
-
-    def _retry_delay(self, attempt: int) -> float:
-        return self._retries.delay(attempt)
 
     async def _pick(self, group: int, stop_reason: Callable[[], StopReason | None],
                     avoid: Replica | None) -> Replica:

@@ -35,6 +35,7 @@ from .gate import EngineGate, Stopped, StopReason
 from .inputs import Unreadable, read_rejections
 from .lease import LeaseKeeper
 from .lines import engine_error_line, error_line, output_line, unrun_line
+from .tool_errors import ToolLoopFailed
 
 __all__ = ["BatchRun", "RunIncomplete"]
 
@@ -46,15 +47,6 @@ _STOPPED_ENDS = {"cancelled": End.CANCELLED, "expired": End.EXPIRED, "aborted": 
 
 class RunIncomplete(Exception):
     """The run ended with records unrun and no reason to leave them: the run failed, and is tried again."""
-
-
-class _RecordFailed(Exception):
-    """A record that ends with an error line of its own code (its tool loop failed), not an engine's answer."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class BatchRun:
@@ -252,7 +244,7 @@ class BatchRun:
             if stop.reason in _STOPPED_ENDS:  # lost or drained: the record runs again where the batch goes
                 self.writer.add_error(line, unrun_line(custom_id, _STOPPED_ENDS[stop.reason], waiting=True))
             return False
-        except (_RecordFailed, NoRoom) as exc:
+        except (ToolLoopFailed, NoRoom) as exc:  # a tool loop's failure, or no budget: an error line of its code
             self.writer.add_error(line, error_line(custom_id, code=exc.code, message=str(exc)))
             self.abort.settled(failed=True)
         except Exception as exc:  # noqa: BLE001 - whatever else breaks is this record's failure, not the batch's
@@ -270,13 +262,10 @@ class BatchRun:
         if tool_config is None:
             return await self._call(_engine_body(body), group)
         # Imported here: the MCP SDK takes half a second to load, and only records that call tools need it.
-        from .tools import ToolLoopFailed, run_tool_loop
+        from .tools import run_tool_loop
 
-        try:
-            call = functools.partial(self._call, group=group)
-            return await run_tool_loop(_engine_body(body), tool_config, call, self.rt.catalog, self.batch.endpoint)
-        except ToolLoopFailed as exc:
-            raise _RecordFailed(exc.code, exc.message) from exc
+        call = functools.partial(self._call, group=group)
+        return await run_tool_loop(_engine_body(body), tool_config, call, self.rt.catalog, self.batch.endpoint)
 
     async def _call(self, body: dict[str, Any], group: int = 0) -> EngineReply:
         return await self.gate.answer(self.batch.endpoint, body, self._stop_reason, group)

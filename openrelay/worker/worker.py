@@ -101,7 +101,7 @@ class Worker:
 
     async def tick(self) -> None:
         """Claim until the store has nothing for this worker (a claim also queues the batches validated since the
-        last one: ``Batches.claim``), or until this worker may start nothing more."""
+        last one: ``BatchLeases.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
             started = now_ns()
             batch = await asyncio.to_thread(self.rt.leases.claim, self.worker_id, self.slots,
@@ -217,9 +217,7 @@ class Worker:
     async def stop(self) -> None:
         """Drain: claim nothing more, let the calls in flight finish and become durable (for at most
         ``drain_seconds``, then they are cancelled and run again elsewhere), hand every batch back."""
-        self._stop.set()
-        self._wake.set()
-        self.draining = True
+        self.request_stop()
         held = list(self._active)
         active = list(self._active.values())
         if active:
@@ -259,7 +257,6 @@ class Worker:
 def _limiter(spec: ModelSpec, learnt: Learnt | None) -> ConcurrencyLimiter | None:
     if not spec.adaptive:
         return None
-    if learnt is None:
-        return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency)
-    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency, initial=learnt.limit,
-                              baseline=learnt.baseline_seconds)
+    initial, baseline = (None, None) if learnt is None else (learnt.limit, learnt.baseline_seconds)
+    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency, initial=initial,
+                              baseline=baseline)
