@@ -1,9 +1,5 @@
-"""``kind = "openai"``: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, TGI, Ollama) over HTTP.
-
-The HTTP client is pyreqwest (Rust's reqwest and hyper): connections, HTTP parsing and timeouts run in Rust off
-the GIL. Against the zero-latency test engine it spent 69 µs of CPU per request where aiohttp, the quickest
-asyncio client measured before it, spent 90 (docs/benchmarks.md).
-"""
+"""``kind = "openai"``: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, TGI, Ollama) over HTTP, with
+pyreqwest (Rust's reqwest: connections, parsing and timeouts off the GIL; why: docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -23,10 +23,8 @@ Pending = tuple[int, "dict[str, Any] | Unreadable", int]  # (line, record, prefi
 
 _WINDOW_RECORDS = 64  # bodies fetched in one range read, at most ...
 _WINDOW_BYTES = 4 << 20  # ... and this many bytes of them (one record more when a single one is larger)
-# Groups of one run warming (leader out) or with records still to send, at once: a quarter of the requests the run
-# may have in flight, 1 to 4. More would push each other out of a small cache (bench_scheduling at 16 lanes: 4 best,
-# 5 and more worse); with 2 lanes on an engine of 2 slots, a second group warming takes the slot the first group's
-# records need.
+# Groups of one run warming or with records still to send, at once (a quarter of its in flight, 1 to 4): more push
+# each other out of a small cache (bench_scheduling at 16 lanes: 4 best; docs/engines.md).
 _MAX_WARMING = 4
 
 
@@ -34,10 +32,8 @@ def warming_allowed(in_flight: int) -> int:
     return max(1, min(_MAX_WARMING, in_flight // 4))
 
 
-# A group counts as warm for this long after an answer of it: long enough for another
-# batch of the model to follow it, too short to trust a cache that other work has gone through since. Taking a
-# warm group for cold costs one answer's wait for it (the lanes go on with other groups); taking a cold group for
-# warm sends all its records onto a prefix the engine has to compute for each.
+# A group counts as warm this long after an answer of it: long enough for another batch of the model to follow it,
+# too short to trust a cache that other work has gone through since (taking a cold group for warm costs the most).
 _WARM_SECONDS = 2.0
 
 

@@ -1,9 +1,6 @@
-"""One engine replica as a worker process sees it: its own health, its own in-flight count and limit.
-
-A model's engine has one replica per ``base_urls`` entry (one for ``base_url`` and for in-process engines). A
-replica that is down (its probe gets no answer) or sick (it fails every call while its probe passes) is out of
-rotation until its prober sees it answer again; the gate sends to the replicas that are open.
-"""
+"""One engine replica as a worker process sees it (one per ``base_urls`` entry): its own health, in-flight count
+and limit. A replica down (its probe gets no answer) or sick (it fails every call while its probe passes) is out of
+rotation until its prober sees it answer again (docs/design.md, "The engine gate")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Running one claimed batch: keep ``concurrency`` requests in flight, then finalize it from what its records hold.
-
-Three helpers do the rest: the ``EngineGate`` owns retries and outages, the ``ChunkWriter`` makes finished records
-durable, the ``LeaseKeeper`` renews the lease and sees a cancel. A crash loses at most the records in flight or
-waiting for a write, and those run again on resume. A record's failure is only that record's: whatever an engine,
-a tool loop or the record itself raises becomes its own error line. The terminal status is decided at the end from
-the store's counts, by ``lifecycle.decide_end``.
-"""
+The ``EngineGate`` owns retries and outages, the ``ChunkWriter`` makes finished records durable, the ``LeaseKeeper``
+renews the lease and sees a cancel. Whatever a record raises becomes its own error line; the terminal status is
+decided at the end from the store's counts (``lifecycle.decide_end``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A worker: claims batches from the store and runs, drains or finalizes them. Also the scheduler's chores.
-
-Workers share nothing but the store, so any number of them (in ``orl serve`` or ``orl worker`` processes on
-other machines) can run against one database and blob store.
-"""
+"""A worker: claims batches from the store and runs, drains or finalizes them, and the scheduler's chores. Workers
+share nothing but the store, so any number of them can run against one database and blob store."""
 
 from __future__ import annotations
 
