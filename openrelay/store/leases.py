@@ -71,11 +71,8 @@ class BatchLeases:
             return batch_from_row(taken).claimed_at(clock, local, from_queue=queued is not None)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
-        """Per model with a free slot (counted over every worker, under the model's lock): expedited before
-        standard, always; within a tier, fair share by recent service (``store/fair_share.py``): the organization
-        with the fewest batches of this model running, then the one whose last batch of it started longest ago,
-        then the oldest batch. One organization's hundred queued batches cannot hold back another's one, with one
-        slot or many."""
+        """Per model with a free slot (counted over every worker, under the model's lock): expedited first, then
+        fair share by recent service (``store/fair_share.py``; the order: docs/design.md)."""
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
             if conn.execute(_RUNNING, {"model": model}).scalar_one() >= model_slots:

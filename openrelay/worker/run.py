@@ -105,7 +105,7 @@ class BatchRun:
         return self.rt.results.chunks(self.batch.id), read_rejections(self.rt.blobs, self.batch)
 
     async def _mark_running(self, limit: int | None) -> None:
-        """``Batches.mark_running`` while the first record goes out, then the limit kept shown as it changes."""
+        """``BatchLeases.mark_running`` while the first record goes out, then the limit kept shown as it changes."""
         await asyncio.to_thread(self.rt.leases.mark_running, self.batch.id, self.worker_id, limit)
         self._publishing = asyncio.create_task(self._publish_limit(limit))
 
