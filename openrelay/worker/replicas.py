@@ -111,10 +111,8 @@ class Replica:
         return hashlib.blake2b(group.to_bytes(8, "little"), digest_size=8, key=self._seed).digest()
 
     async def wait_open(self, timeout: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._open.wait(), timeout)
-        except TimeoutError:
-            pass
 
     async def send(self, endpoint: str, body: dict[str, Any]) -> tuple[EngineReply, Outcome]:
         """One call, inside this replica's limiter when the model's concurrency is adaptive."""

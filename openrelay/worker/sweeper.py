@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -121,7 +122,5 @@ class Sweeper:
                     continue  # it stopped at its bound: the next pass at once
             except Exception:  # the store or the blob store is away: a later pass tries again
                 log.exception("sweeper pass failed")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=min(self.settings.sweep_seconds, 5.0))
-            except TimeoutError:
-                pass

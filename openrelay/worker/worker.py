@@ -90,10 +90,8 @@ class Worker:
                 log.exception("worker tick failed")
             if burst and not self._active and not self._wake.is_set():  # a wake: a batch ended during the claim
                 return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rt.settings.worker.tick_seconds)
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     async def tick(self) -> None:
