@@ -1,11 +1,6 @@
-"""How a create reads a record from its line, for the rules (``rules.check_record``) to judge.
-
-msgspec reads a ``Record``: the fields the rules look at, whatever their types, and the body's prompt fields as
-raw bytes; the rest of the body is skipped, which checks its syntax, escapes and nesting but not two things the
-full parse refuses: invalid UTF-8 (a block or line that is ASCII has none) and numbers outside the float range
-(``NumberGate`` finds the lines that may hold one). Those lines, and any msgspec cannot read, are parsed whole
-first (``parse_line``), which refuses what Go's decoder would, in its words.
-"""
+"""How a create reads a record from its line for the rules (``rules.check_record``): a ``Record`` read by msgspec,
+or from the whole parse (``parse_line``, Go's messages for what it refuses). Why two ways: docs/design.md, "A
+create's rules"."""
 
 from __future__ import annotations
 
@@ -19,8 +14,8 @@ from ..prefix import PROMPT_FIELDS
 from .gojson import unmarshal_error_message
 from .lines import Block
 
-__all__ = ["Record", "Body", "RULE_FIELDS", "UNSET", "read_record", "record_of", "decode_record", "parse_line",
-           "ParseFailure", "MAX_DEPTH", "NumberGate"]
+__all__ = ["Record", "Body", "RULE_FIELDS", "UNSET", "read_record", "record_of", "decode_record", "decode_lines",
+           "parse_line", "ParseFailure", "MAX_DEPTH", "NumberGate"]
 
 MAX_DEPTH = 1024  # orjson's nesting limit: a record nested deeper is refused in Go's words for its own limit
 
@@ -76,17 +71,15 @@ class Record(msgspec.Struct, gc=False):
     openrelay: Any = UNSET
 
 
-decode_record = msgspec.json.Decoder(Record).decode
+_decoder = msgspec.json.Decoder(Record)
+decode_record, decode_lines = _decoder.decode, _decoder.decode_lines
 
 
 def read_record(raw: bytes, *, whole: bool = True) -> Any:
-    """The line's record for ``check_record``: a ``Record``, or the JSON value when it is not an object.
-    ParseFailure, with Go's message, when the line is not JSON we can run.
-
-    msgspec reads the fields the rules need and skips the rest, checking its syntax but not its UTF-8 nor the
-    range of its numbers: ``whole`` (a line that may hold either) parses the line whole first. A line msgspec
-    cannot read (not an object, or nested past its depth) is parsed whole and taken from there.
-    """
+    """The line's ``Record``, or its JSON value when that is no object; ParseFailure when it is not JSON we run.
+    msgspec's skipping checks neither UTF-8 nor the range of numbers: ``whole``, for a line that may hold either,
+    parses it whole first. A line msgspec cannot read (no object, or nested past its depth) is taken from the
+    whole parse."""
     if whole:
         value = parse_line(raw)
     try:
@@ -107,13 +100,9 @@ def record_of(value: Any) -> Any:
 
 
 class NumberGate:
-    """Which lines of a block could hold a number outside the float range, found for the whole block at once.
-
-    Such a number has at least 309 digits before its decimal point, counting its exponent: so either an exponent
-    of three digits or more (``1e400``, ``1.5E+999``, ``1e0400``), or, with at most two, a run of at least 210
-    digits. Every exponent follows a digit, so the gate looks for a digit, ``e`` or ``E``, an optional sign and
-    three digits; and for runs, at every 105th byte (a run of 210 covers two of them). What it finds is a line to
-    read whole; nothing else can hold such a number. Digits in strings are found too, costing a whole read.
+    """Which lines of a block could hold a number outside the float range, found for the whole block at once: a
+    digit, ``e`` or ``E``, an optional sign and three digits (``1e400``), or a run of 210 digits, looked for at
+    every 105th byte (docs/design.md, "A create's rules"). Digits in strings are found too, costing a whole read.
     """
 
     _STRIDE = 105  # half the shortest run to find

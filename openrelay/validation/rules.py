@@ -1,8 +1,6 @@
-"""The per-record rules of a create (docs/api-contract.md §4), in the order they are checked: the one place they
-are written. ``check_record`` judges a record as ``records.read_record`` reads it, whichever way it was read, and
-sees nothing but the fields of ``records.Record``. The two rules that need the whole input, ``duplicate_custom_id``
-and ``model_mismatch``, are decided by ``scan`` once every record has been read.
-"""
+"""The per-record rules of a create (docs/api-contract.md §4), in the order they are checked, written once: they
+see nothing but the fields of ``records.Record``. ``duplicate_custom_id`` and ``model_mismatch`` need the whole
+input: ``scan`` applies them at its end."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import msgspec
 import orjson
 
 from ..catalog import Catalog
-from .records import UNSET, Body, Record
+from .records import UNSET, Body, ParseFailure, Record
 from .tool_config import tool_config_problem
 
 __all__ = ["Verdict", "check_record", "cut_custom_id", "WORKFLOW"]
@@ -25,13 +23,14 @@ WORKFLOW = "workflow_unsupported"
 Verdict = tuple[str, str | None, str | None, str | None]
 
 
-def check_record(record: Any, *, endpoint: str, catalog: Catalog) -> Verdict:
-    """Judge one record (a ``Record``, or the JSON value of a line that holds no object) on every rule that needs
-    nothing but the record itself."""
+def check_record(record: Any, endpoint: str, catalog: Catalog) -> Verdict:
+    """Judge one record as ``records.read_record`` read it (a ``Record``, the JSON value of a line that holds no
+    object, or the ParseFailure of one that holds no JSON) on every rule that needs nothing but the record."""
     if not isinstance(record, Record):
-        return _fail("", "invalid_json", "record is not a JSON object")
+        return _fail("", "invalid_json", str(record) if isinstance(record, ParseFailure)
+                     else "record is not a JSON object")
     body = record.body
-    if (record.openrelay is not UNSET or getattr(body, "openrelay", UNSET) is not UNSET) and any(
+    if (record.openrelay is not UNSET or (type(body) is Body and body.openrelay is not UNSET)) and any(
             isinstance(ext, dict) and "workflow" in ext for ext in (record.openrelay, getattr(body, "openrelay", 0))):
         return _fail("", WORKFLOW, "openrelay.workflow is not supported in batch; nothing was created")
     custom_id = record.custom_id

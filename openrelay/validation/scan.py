@@ -1,19 +1,14 @@
-"""One streaming pass over a batch's input: whole-input refusals first, then every record's verdict.
-
-Each line is read (``records.read_record``) and judged (``rules.check_record``) the one way. Memory holds one
-entry per record with a custom_id (its line, id, verdict and model: duplicates and the batch's model are known only
-at the end), the rejections and, when asked, what the dispatch order needs of each accepted record
-(``prefix.PrefixCollector``: its line, where its line lies in the stored input, its prompt's prefix hashes); never
-the records themselves. Inline requests arrive as the raw bytes of each element of ``requests``, so they are
-judged by the very same code as an input file's lines, with the same messages.
-"""
+"""One streaming pass over a batch's input: every record read (``records``) and judged (``rules``), then the two
+whole-input rules. Memory holds an entry per record with a custom_id, the rejections and, when asked, what the
+dispatch order needs (``prefix.PrefixCollector``); never the records. Inline requests come as the raw bytes of
+each element of ``requests``, judged by the very same code as an input file's lines."""
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgspec
 
@@ -22,13 +17,14 @@ from ..errors import InputRefused
 from ..prefix import LEVELS, PROMPT_FIELDS, PrefixCollector, prompt_reader
 from ..types import Rejection
 from .lines import Block, is_utf8, read_blocks
-from .records import UNSET, NumberGate, ParseFailure, read_record
+from .records import UNSET, NumberGate, ParseFailure, decode_lines, read_record
 from .rules import WORKFLOW, check_record, cut_custom_id
 
 __all__ = ["ScanResult", "scan_records", "file_lines", "inline_lines"]
 
 DUPLICATE_MESSAGE = "custom_id appears more than once"
 _INLINE_BLOCK = 4096  # inline requests copied out of the request body per block
+BLANK = object()  # what a blank line reads as (JSON's null is None)
 
 
 @dataclass(kw_only=True)
@@ -44,11 +40,7 @@ class ScanResult:
 
 
 Blocks = Iterable[Block]
-
-
-def file_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
-    """Blocks of raw lines; blank lines still advance the count."""
-    yield from read_blocks(handle, max_line_bytes)
+file_lines = read_blocks  # an input file's blocks of lines; blank lines still advance the count
 
 
 def inline_lines(requests: Sequence[msgspec.Raw | bytes]) -> Iterator[Block]:
@@ -65,20 +57,19 @@ def scan_records(source: Callable[[], Blocks], *, endpoint: str, catalog: Catalo
     order records are dispatched in (an endpoint without prompt fields has none); offsets count from the input's
     first line.
     """
-    fields = PROMPT_FIELDS.get(endpoint, ()) if collect_prefixes else ()
     # The pass creates no reference cycles; without this, the cyclic collector re-walks the growing lists and
     # sets again and again (about a fifth of the create time at 50,000 records).
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _scan(source(), endpoint=endpoint, catalog=catalog, max_records=max_records, fields=fields)
+        return _scan(source(), endpoint, catalog, max_records,
+                     PROMPT_FIELDS.get(endpoint, ()) if collect_prefixes else ())
     finally:
         if paused:
             gc.enable()
 
 
-def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int,
-          fields: tuple[str, ...]) -> ScanResult:
+def _scan(blocks: Blocks, endpoint: str, catalog: Catalog, max_records: int, fields: tuple[str, ...]) -> ScanResult:
     result = ScanResult()
     rejections = result.rejections
     pending: list[tuple[int, str, str | None, str | None, str | None]] = []
@@ -88,54 +79,39 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int,
     prefixes = result.prefixes = PrefixCollector() if fields else None
     prompt_of = prompt_reader(fields)
     shortest = LEVELS[0]
-    # A line shorter than this cannot hold a prompt of ``shortest`` bytes: what surrounds it takes the rest.
-    long_line = shortest + len('{"custom_id":"","method":"POST","url":"","body":{"model":"",}}') + len(endpoint)
     total = 0
     for block in blocks:
         first = block.first
-        suspects, ascii_block = gate.suspects(block) if total < max_records else (set(), True)
+        suspects, ascii_block = gate.suspects(block)
         skipped: list[int] = []  # the block's lines that are not records that pass (mostly none)
         collected = len(prefixes) if prefixes is not None else 0
         chained: list[int] = []  # the block's records with a prompt long enough to hash, and their prompts
         prompts: list[Any] = []
-        for offset, raw in enumerate(block.lines):
-            if not raw or raw.isspace():
+        records = _read_block(block) if ascii_block and not suspects else None
+        for offset, record in enumerate(records) if records is not None else _read_lines(block, suspects,
+                                                                                           ascii_block):
+            if record is BLANK:
                 skipped.append(offset)
                 continue
             total += 1
-            line = first + offset
-            past_cap = total > max_records
-            # Past the cap only a workflow record can still change the answer: look for it cheaply. A key spelled
-            # with \u escapes hides the plain word, so such lines are read too.
-            if past_cap and b"workflow" not in raw and b"\\u" not in raw:
-                continue
-            try:
-                # What msgspec's skipping leaves unchecked, UTF-8 and the range of numbers, is known for the block
-                # at once (the gate runs below the cap): only a line that may hold either is parsed whole first.
-                record = read_record(raw, whole=past_cap or offset in suspects
-                                     or not (ascii_block or raw.isascii() or is_utf8(raw)))
-            except ParseFailure as exc:
-                if not past_cap:
-                    rejections.append(Rejection(line=line, custom_id="", code="invalid_json", message=str(exc)))
-                    skipped.append(offset)
-                continue
-            custom_id, code, message, model = check_record(record, endpoint=endpoint, catalog=catalog)
+            custom_id, code, message, model = check_record(record, endpoint, catalog)
             if code == WORKFLOW:
-                raise InputRefused(f"line {line}: {message}", code=code)
-            if past_cap:
+                raise InputRefused(f"line {first + offset}: {message}", code=code)
+            if total > max_records:  # past the cap only a workflow record can still change the answer
                 continue
             if not custom_id:
-                rejections.append(Rejection(line=line, custom_id="", code=code or "", message=message or ""))
+                rejections.append(Rejection(line=first + offset, custom_id="", code=code or "",
+                                            message=message or ""))
                 skipped.append(offset)
                 continue
             if custom_id in seen:
                 duplicates.add(custom_id)
             else:
                 seen.add(custom_id)
-            pending.append((line, custom_id, code, message, model))
+            pending.append((first + offset, custom_id, code, message, model))
             if code is not None:
                 skipped.append(offset)
-            elif prompt_of is not None and len(raw) >= long_line:
+            elif prompt_of is not None:
                 material = prompt_of(record.body)
                 if material is not UNSET and len(material) >= shortest:
                     chained.append(collected + offset - len(skipped))
@@ -149,6 +125,32 @@ def _scan(blocks: Blocks, *, endpoint: str, catalog: Catalog, max_records: int,
                            code="input_too_large")
     _apply_whole_input_rules(result, pending, duplicates)
     return result
+
+
+def _read_block(block: Block) -> list[Any] | None:
+    """Every line of an ASCII block with no number out of range, read in one call (no line copied), or None when
+    one holds no object. ``decode_lines`` skips blank lines and reads two values on one line: hence the checks."""
+    if not block.every_line_opens():
+        return None
+    try:
+        records = decode_lines(block.data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return records if len(records) == block.count else None
+
+
+def _read_lines(block: Block, suspects: set[int], ascii_block: bool) -> Iterator[tuple[int, Any]]:
+    """(offset, record) of each line: ``BLANK`` for a blank line, else ``read_record``'s record or its ParseFailure;
+    only a line that may hold invalid UTF-8 or a number out of range is parsed whole first."""
+    for offset, raw in enumerate(block.lines):
+        if not raw or raw.isspace():
+            yield offset, BLANK
+            continue
+        try:
+            record = read_record(raw, whole=offset in suspects or not (ascii_block or raw.isascii() or is_utf8(raw)))
+        except ParseFailure as exc:
+            record = exc
+        yield offset, record
 
 
 def _apply_whole_input_rules(result: ScanResult, pending: list[tuple[int, str, str | None, str | None, str | None]],

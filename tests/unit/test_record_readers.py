@@ -55,7 +55,7 @@ def reference(lines: list[bytes]) -> tuple[str | None, list[tuple[int, str, str,
         except ParseFailure as exc:
             rejections.append((line, "", "invalid_json", str(exc)))
             continue
-        custom_id, code, message, model = check_record(record_of(record), endpoint=EP, catalog=CATALOG)
+        custom_id, code, message, model = check_record(record_of(record), EP, CATALOG)
         if code == WORKFLOW:
             raise InputRefused(message or "", code=code)
         if not custom_id:
@@ -113,6 +113,8 @@ EDGE_LINES = [
     orjson.dumps(record("embed-model", model="m/embed")),
     b"nope",
     b"[1, 2]",
+    b"null",
+    b'"a string"',
     orjson.dumps({"custom_id": "no-body", "method": "POST", "url": EP}),
     # What skipping does not check, the scan has parsed whole (records.NumberGate, UTF-8): numbers out of range
     # anywhere, in the prompt too, written every way; big integers and such digits in strings pass.
@@ -192,7 +194,10 @@ REWRITES = [(b"", b""), (b'"custom_id"', b'"\\u0063ustom_id"'), (b'"stream":true
 
 @st.composite
 def lines(draw: st.DrawFn) -> bytes:
-    """A record with some of its fields (of the record and of its body) dropped or replaced by any JSON."""
+    """A record with some of its fields (of the record and of its body) dropped or replaced by any JSON; or, now
+    and then, any JSON value at all."""
+    if draw(st.integers(0, 9)) == 0:
+        return msgspec.json.encode(draw(JSON))
     body: dict[str, Any] = {"model": draw(st.sampled_from(["m/chat", "m/other", "m/embed"])), "messages": []}
     rec: dict[str, Any] = {"custom_id": draw(st.sampled_from(["a", "b"])), "method": "POST", "url": EP, "body": body}
     for _ in range(draw(st.integers(0, 3))):
