@@ -27,8 +27,10 @@ middlewares and the connection alike)::
     │   ├── StoreUnavailable             503 store_unavailable       the database or object store unreachable
     │   │                                                            (refused, timed out, 5xx): ``Retry-After``
     │   ├── BlobMissing                  500 blob_missing            the key names no blob (blobs/base.py)
-    │   └── LeaseLost                    (a worker's, not an answer) its lease was taken over (store/results.py)
+    │   ├── LeaseLost                    (a worker's, not an answer) its lease was taken over (store/results.py)
+    │   └── TransitionRefused            (a worker's, not an answer) a status change its row refused (lifecycle.py)
     ├── EngineUnavailable                (a worker's, not an answer) no answer from an engine (engines/base.py)
+    │   └── EngineTimedOut               (a worker's, not an answer) none within the engine's timeout
     ├── CatalogError                     (never an HTTP answer)      a catalog the process refuses to start with
     └── ConfigError                      (never an HTTP answer)      a setting the process refuses to start with
 

@@ -12,11 +12,10 @@ from typing import Any
 
 from .errors import InvalidRequest
 
-__all__ = ["FailureThreshold", "parse_failure_threshold", "FAILURE_THRESHOLD_EXCEEDED", "ABORTED_RECORD_CODE"]
+__all__ = ["FailureThreshold", "parse_failure_threshold", "FAILURE_THRESHOLD_EXCEEDED"]
 
 FIELD = "failure_threshold"
 FAILURE_THRESHOLD_EXCEEDED = "failure_threshold_exceeded"  # the code of the failed batch's one ``errors`` entry
-ABORTED_RECORD_CODE = "batch_aborted"  # the code of the error line of every record the abort left unrun
 _KEYS = ("error_rate", "min_records")
 
 

@@ -7,7 +7,8 @@ import secrets
 from dataclasses import dataclass
 
 __all__ = ["new_batch_id", "new_file_id", "new_org_id", "new_key_id", "new_api_key", "new_webhook_endpoint_id",
-           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "new_request_id", "RESULT_KINDS",
+           "new_event_id", "new_webhook_attempt_id", "new_claim_token", "new_request_id", "new_record_request_id",
+           "RESULT_KINDS",
            "ResultFileId", "result_file_id", "output_file_id", "error_file_id", "parse_result_file_id"]
 
 
@@ -44,8 +45,14 @@ def new_webhook_attempt_id() -> str:
 
 
 def new_request_id() -> str:
-    """An answer's ``x-request-id``, and a record's engine call's: OpenAI's shape."""
+    """An answer's ``x-request-id``: OpenAI's shape."""
     return f"req_{secrets.token_hex(16)}"
+
+
+def new_record_request_id() -> str:
+    """A record's ``request_id``, sent to its engine as ``x-request-id``: 32 hex digits, as OpenAI's output lines
+    have it and as engines that insist on a UUID there (llama-cpp-python's server) accept."""
+    return secrets.token_hex(16)
 
 
 def new_claim_token() -> str:

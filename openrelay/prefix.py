@@ -17,11 +17,12 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, repeat
-from operator import attrgetter, getitem
+from operator import attrgetter
 from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["PROMPT_FIELDS", "LEVELS", "ENTRY", "DispatchEntry", "PrefixCollector", "DispatchOrder", "prefix_chain",
            "prompt_reader", "chain_hashes", "encode_entries", "read_entries"]
@@ -41,6 +42,7 @@ _ENTRY_DTYPE = np.dtype([("line", "<u4"), ("offset", "<u8"), ("length", "<u4"), 
                          ("shared_bytes", "<u4")])  # ENTRY's layout, packed
 _SHARED_BYTES = np.array((0, *LEVELS), np.uint32)  # by the number of levels a record shares
 _EDGES = np.array((0, LEVELS[0] // 2, *LEVELS), np.int64)  # a prompt's blocks: the first 128 bytes, then a level's
+_view: Callable[[bytes | memoryview], memoryview] = memoryview  # typed for map(): a prompt's bytes, uncopied
 
 
 class DispatchEntry(NamedTuple):
@@ -60,7 +62,7 @@ def prefix_chain(material: bytes | memoryview) -> list[int]:
     return chain_hashes(collector.depths, collector.crcs).tolist()
 
 
-def chain_hashes(depths: Sequence[int], crcs: Sequence[int]) -> np.ndarray:
+def chain_hashes(depths: ArrayLike, crcs: ArrayLike) -> np.ndarray:
     """Each level's hash of records with ``depths[i]`` levels, from their blocks' CRCs (``PrefixCollector``).
 
     A prefix is its blocks: the first 128 bytes, the next 128 (level 0 ends at 256), then each level's new
@@ -151,9 +153,9 @@ class PrefixCollector:
         depths = np.minimum(np.searchsorted(_EDGES, sizes, side="right") - 2, len(LEVELS))  # the levels each has
         blocks = depths + 1
         place = np.arange(int(blocks.sum())) - np.repeat(np.cumsum(blocks) - blocks, blocks)
-        views = chain.from_iterable(map(repeat, map(memoryview, materials), blocks.tolist()))
+        views: Iterator[memoryview] = chain.from_iterable(map(repeat, map(_view, materials), blocks.tolist()))
         spans = map(slice, _EDGES[place].tolist(), _EDGES[place + 1].tolist())
-        self.crcs.extend(map(zlib.crc32, map(getitem, views, spans)))
+        self.crcs.extend(map(zlib.crc32, map(memoryview.__getitem__, views, spans)))
         self.chained.extend(indices)
         self.depths.extend(depths.tolist())
 
@@ -191,10 +193,10 @@ class DispatchOrder:
     The inputs are the collector's columns, one item per record (``depths[i]`` hashes of ``hashes`` each). The
     work is done on whole columns (numpy), and per group, never per record in Python."""
 
-    def __init__(self, lines: Sequence[int], offsets: Sequence[int], lengths: Sequence[int], depths: Sequence[int],
-                 hashes: Sequence[int]) -> None:
-        n = len(lines)
+    def __init__(self, lines: ArrayLike, offsets: ArrayLike, lengths: ArrayLike, depths: ArrayLike,
+                 hashes: ArrayLike) -> None:
         self._lines = np.asarray(lines, np.uint32)
+        n = len(self._lines)
         self._offsets = np.asarray(offsets, np.uint64)
         self._lengths = np.asarray(lengths, np.uint32)
         self.groups: list[tuple[int, int, int]] = []  # (hash, level, records sharing it) of every group

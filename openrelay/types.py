@@ -67,7 +67,6 @@ LIVE_VALUES = tuple(sorted(s.value for s in BatchStatus if s not in TERMINAL))  
 RECORDS_MAY_LAND_VALUES = tuple(sorted(s.value for s in RECORDS_MAY_LAND))
 # What a cancel moves to cancelling; a cancelling batch is on its way there already, an ended one answers 409.
 CANCELLABLE = frozenset({BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING})
-CANCELLABLE_VALUES = tuple(sorted(s.value for s in CANCELLABLE))
 
 # The status as a person reads it (the dashboard, the CLI): in_progress is told apart into queued (in_progress_at
 # null: waiting for a slot) and running (its first records have started). In lifecycle order:

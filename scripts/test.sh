@@ -37,6 +37,7 @@ if [[ "$needs_postgres" == 1 ]] && ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/n
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
 fi
 .venv/bin/ruff check openrelay tests bench
+.venv/bin/mypy openrelay  # configured in pyproject.toml ([tool.mypy])
 runs="$(mktemp -d /tmp/orl-suite-XXXXXX)"
 trap 'rm -rf "$runs"' EXIT
 echo "== $tier on ${stores[*]}, side by side, $workers processes each (started $(date +%T)) ==" >&2

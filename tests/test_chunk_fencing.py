@@ -14,9 +14,9 @@ import pytest
 
 from openrelay.blobs.keys import chunk_key, chunks_folder, output_key
 from openrelay.config import Settings
+from openrelay.lifecycle import End
 from openrelay.runtime import open_runtime
 from openrelay.store.results import Chunk, LeaseLost
-from openrelay.types import BatchStatus
 from openrelay.worker.finalize import finalize_batch
 from tests.support.batches import chat, create
 
@@ -65,7 +65,7 @@ def test_a_run_past_its_lease_cannot_overwrite_or_double_the_next_runs_chunk(mak
         # Cancelled and finalized by worker-b: the output holds its chunk alone, and worker-a's refused chunk,
         # which no row names, is gone with the committed one.
         rt.batches.request_cancel(current.org_id, batch_id)
-        finalize_batch(rt, "worker-b", rt.batches.get(current.org_id, batch_id), BatchStatus.CANCELLED)
+        finalize_batch(rt, "worker-b", rt.batches.get(current.org_id, batch_id), End.CANCELLED)
         with rt.blobs.open(output_key(batch_id)) as handle:
             assert handle.read() == b'{"custom_id": "r0"}\n{"custom_id": "r1"}\n'
         assert not rt.blobs.exists(late.out_key) and not rt.blobs.exists(held.out_key)

@@ -17,6 +17,7 @@ from tests.support.test_engine import EngineControl as Engine
 
 SERVER_PER_MODULE = True  # one `orl serve` for the module, a fresh organization per test (conftest.py)
 REQUEST_ID = re.compile(r"req_[0-9a-f]{32}")
+RECORD_REQUEST_ID = re.compile(r"[0-9a-f]{32}")  # OpenAI output lines' shape, a UUID to engines that want one
 
 
 def _id_of(headers: dict[str, str] | object) -> str:
@@ -80,6 +81,6 @@ def test_each_result_line_carries_the_request_id_its_engine_call_sent(server: Se
     assert output["again"]["response"]["request_id"] == sent["ids again"]
     assert errors["refused"]["error"]["request_id"] == sent["ids refused #status=400"]
     assert errors["refused"]["error"]["status_code"] == 400
-    assert len(set(sent.values())) == 3 and all(REQUEST_ID.fullmatch(rid or "") for rid in sent.values())
+    assert len(set(sent.values())) == 3 and all(RECORD_REQUEST_ID.fullmatch(rid or "") for rid in sent.values())
     assert list(output["fine"]["response"]) == ["status_code", "request_id", "body"]  # OpenAI's output lines
     assert not any("traceparent" in request["headers"] for request in engine.requests())  # tracing is off

@@ -84,7 +84,7 @@ def test_builtin_model_answers_a_responses_batch_through_the_sdk(make_server):
     server = make_server(catalog="builtin")
     client = server.client()
     offered = {m.id: m.model_extra["endpoints"] for m in client.models.list().data}
-    assert offered[MODEL] == ["/v1/chat/completions", "/v1/completions", RESPONSES]
+    assert offered[MODEL] == ["/v1/chat/completions", "/v1/completions", RESPONSES, "/v1/messages"]
 
     def record(custom_id: str, **body: Any) -> dict[str, Any]:
         return {"custom_id": custom_id, "method": "POST", "url": RESPONSES, "body": {"model": MODEL, **body}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -118,7 +119,8 @@ def test_max_in_flight(client: httpx.Client, engine_url: str) -> None:
     stats = client.get("/control/stats").json()
     timing = {k: stats.pop(k) for k in ("first_at", "last_at")}
     assert stats == {"requests": 8, "in_flight": 0, "max_in_flight": 8, "prompt_tokens": 16, "cached_tokens": 0,
-                     "too_many_requests": 0, "service_seconds": 0.0}
+                     "too_many_requests": 0, "service_seconds": 0.0, "running": 0, "waiting": 0, "max_waiting": 0,
+                     "preemptions": 0}
     assert timing["last_at"] - timing["first_at"] > 0
 
 
@@ -229,8 +231,10 @@ def test_chat_and_responses_report_cached_tokens(client: httpx.Client) -> None:
 def test_config_is_checked_and_reset_restores_it(client: httpx.Client) -> None:
     defaults = client.get("/control/config").json()
     assert defaults == {"cache_blocks": 0, "block_tokens": 64, "prefill_seconds_per_token": 0.0,
-                        "decode_seconds": 0.0, "knee": 0, "max_in_flight": 0}
-    for bad in ({"cache_block": 3}, {"knee": -1}, {"knee": 1.5}, {"block_tokens": 0}, {"decode_seconds": "1"}):
+                        "decode_seconds": 0.0, "knee": 0, "max_in_flight": 0, "slots": 0, "scheduling": "fcfs",
+                        "preempt": False, "metrics_dialect": "vllm"}
+    for bad in ({"cache_block": 3}, {"knee": -1}, {"knee": 1.5}, {"block_tokens": 0}, {"decode_seconds": "1"},
+                {"slots": True}, {"scheduling": "lifo"}, {"preempt": 1}, {"metrics_dialect": "vllm2"}):
         r = client.post("/control/config", json=bad)
         assert r.status_code == 400, bad
     assert client.post("/control/config", json={"cache_blocks": 8, "knee": 4}).json() == {
@@ -250,7 +254,8 @@ def test_command_line_settings_are_what_reset_comes_back_to() -> None:
             control.reset()
             assert c.get("/control/config").json() == {
                 "cache_blocks": 8, "block_tokens": 2, "prefill_seconds_per_token": 0.0, "decode_seconds": 0.0,
-                "knee": 0, "max_in_flight": 5}
+                "knee": 0, "max_in_flight": 5, "slots": 0, "scheduling": "fcfs", "preempt": False,
+                "metrics_dialect": "vllm"}
             assert cached(c, "a b c d e") == 0  # the reset emptied the cache too
 
 
@@ -293,3 +298,174 @@ def test_past_the_knee_every_request_takes_longer(client: httpx.Client, engine_u
             assert len(done) == 1
         assert [call.result(timeout=10).status_code for call in calls] == [200] * 4
     assert control.stats()["service_seconds"] == pytest.approx(0.001 * (4 + 2.25 + 1 + 1))
+
+
+# -- the scheduler of a real engine: slots, a waiting queue, priority order, preemption, /metrics --------------
+
+
+def ask(client: httpx.Client, text: str, priority: int | None = None, model: str = "m") -> httpx.Response:
+    body: dict = {"model": model, "messages": [{"role": "user", "content": text}]}
+    if priority is not None:
+        body["priority"] = priority
+    return client.post("/v1/chat/completions", json=body)
+
+
+def next_at_a_gate(control: EngineControl, names: list[str]) -> str:
+    """The one of ``names`` whose gate a request has reached (with one slot, one at a time)."""
+    deadline = time.monotonic() + 60
+    while not (reached := [n for n, g in control.gates().items() if n in names and g["waiting"]]):
+        assert time.monotonic() < deadline, control.gates()
+        time.sleep(0.02)
+    assert len(reached) == 1, control.gates()
+    return reached[0]
+
+
+def test_slots_serve_so_many_at_once_and_queue_the_rest(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+    control.config(slots=2, max_in_flight=4)
+    with ThreadPoolExecutor(4) as pool:
+        running = [pool.submit(ask, client, "x #hold=run") for _ in range(2)]
+        control.wait_held("run", 2)
+        queued = [pool.submit(ask, client, "y #hold=queue") for _ in range(2)]
+        stats = control.wait_stats(running=2, waiting=2)
+        assert (stats["in_flight"], stats["max_waiting"]) == (4, 2)
+        assert control.held("queue") == 0  # waiting for a slot, not yet at their gate
+        assert ask(client, "one too many").status_code == 429  # the waiting count as in flight
+        control.release("run", count=1)
+        assert running[0].result(timeout=10).status_code == 200 or running[1].result(timeout=10).status_code == 200
+        control.wait_held("queue", 1)  # the first answer gave its slot to the first in the queue
+        assert control.wait_stats(running=2, waiting=1)["max_waiting"] == 2
+        control.release()
+        assert [call.result(timeout=10).status_code for call in running + queued] == [200] * 4
+    assert control.wait_stats(running=0, waiting=0)["preemptions"] == 0
+
+
+@pytest.mark.parametrize(("scheduling", "order"), [
+    ("fcfs", ["p5", "p1", "p5b", "p0"]),
+    ("priority", ["p0", "p1", "p5", "p5b"]),  # lower value first, arrival order within a value
+])
+def test_the_queue_is_served_in_arrival_or_priority_order(
+    client: httpx.Client, engine_url: str, scheduling: str, order: list[str]
+) -> None:
+    control = EngineControl(engine_url)
+    control.config(slots=1, scheduling=scheduling)
+    queued = [("p5", 5), ("p1", 1), ("p5b", 5), ("p0", None)]  # no priority field: 0
+    with ThreadPoolExecutor(5) as pool:
+        first = pool.submit(ask, client, "x #hold=first", 9)
+        control.wait_held("first", 1)
+        calls = []
+        for waiting, (name, priority) in enumerate(queued, start=1):
+            calls.append(pool.submit(ask, client, f"x #hold={name}", priority))
+            control.wait_stats(waiting=waiting)  # one at a time: their arrival order is the list's
+        control.release("first")
+        served = []
+        for _ in queued:
+            served.append(next_at_a_gate(control, [name for name, _ in queued if name not in served]))
+            control.release(served[-1])
+        assert served == order
+        assert [call.result(timeout=10).status_code for call in [first, *calls]] == [200] * 5
+
+
+def test_a_lower_value_preempts_the_running_request_with_the_highest(client: httpx.Client, engine_url: str) -> None:
+    """Batch requests at 10 and 5 fill both slots; a chat request at 0 takes the slot of the one at 10, which waits
+    and starts over once the chat request is done; another at 5 finds no higher value running and waits."""
+    control = EngineControl(engine_url)
+    control.config(slots=2, scheduling="priority", preempt=True)
+    with ThreadPoolExecutor(4) as pool:
+        ten = pool.submit(ask, client, "ten #hold=ten", 10)
+        control.wait_held("ten", 1)
+        five = pool.submit(ask, client, "five #hold=five", 5)
+        control.wait_held("five", 1)
+        chat_ = pool.submit(ask, client, "chat #hold=chat", 0)
+        control.wait_held("chat", 1)
+        assert (control.held("ten"), control.held("five")) == (0, 1)  # the one at 10 lost its slot
+        stats = control.wait_stats(running=2, waiting=1)
+        assert stats["preemptions"] == 1
+        other = pool.submit(ask, client, "other five #hold=other", 5)
+        control.wait_stats(running=2, waiting=2)  # 5 is not lower than the 5 running: no preemption
+        control.release("chat")
+        assert chat_.result(timeout=10).status_code == 200
+        assert next_at_a_gate(control, ["ten", "other"]) == "other"  # the freed slot goes to the lower value
+        control.release("other")
+        control.wait_held("ten", 1)  # ... then to the preempted request, which starts over
+        control.release()
+        answers = [call.result(timeout=10) for call in (ten, five, other)]
+        assert [a.json()["choices"][0]["message"]["content"] for a in answers] == [
+            "echo: ten #hold=ten", "echo: five #hold=five", "echo: other five #hold=other"]
+    stats = control.wait_stats(running=0, waiting=0)
+    assert (stats["requests"], stats["preemptions"], stats["max_waiting"]) == (4, 1, 2)
+    assert control.gates()["ten"]["passed"] == 1  # served once, after its restart
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """``{name: value}`` of every sample, parsed as Prometheus does."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.mark.parametrize(("dialect", "names", "labels"), [
+    ("vllm", ("vllm:num_requests_running", "vllm:num_requests_waiting"), {"model_name": "chat-model"}),
+    ("sglang", ("sglang:num_running_reqs", "sglang:num_queue_reqs"), {"model_name": "chat-model"}),
+    ("llama.cpp", ("llamacpp:requests_processing", "llamacpp:requests_deferred"), {}),
+])
+def test_metrics_tell_running_and_waiting_in_each_engines_names(
+    client: httpx.Client, engine_url: str, dialect: str, names: tuple[str, str], labels: dict
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    control = EngineControl(engine_url)
+    control.config(slots=2, metrics_dialect=dialect)
+    assert metric_values(control.metrics().text) == {**dict.fromkeys(names, 0.0),
+                                                     **({"vllm:kv_cache_usage_perc": 0.0} if dialect == "vllm" else {})}
+    with ThreadPoolExecutor(3) as pool:
+        calls = [pool.submit(ask, client, "x #hold=metrics", model="chat-model") for _ in range(3)]
+        control.wait_stats(running=2, waiting=1)
+        answer = control.metrics()
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+        values = metric_values(answer.text)
+        assert (values[names[0]], values[names[1]]) == (2.0, 1.0)
+        if dialect == "vllm":
+            assert values["vllm:kv_cache_usage_perc"] == 1.0  # both slots taken
+        samples = [s for f in text_string_to_metric_families(answer.text) for s in f.samples]
+        assert all(s.labels == labels for s in samples)
+        control.release("metrics")
+        assert [call.result(timeout=10).status_code for call in calls] == [200] * 3
+
+
+def test_broken_metrics_for_tests_and_reset_restores_them(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+    control.config(metrics_dialect="garbage")
+    garbage = control.metrics()
+    assert garbage.status_code == 200
+    with pytest.raises(ValueError):
+        metric_values(garbage.text)
+    control.config(metrics_dialect="missing")
+    values = metric_values(control.metrics().text)  # valid text ...
+    assert values and not any(name.startswith(("vllm:", "sglang:", "llamacpp:")) for name in values)  # ... no names
+    control.config(metrics_dialect="500")
+    assert control.metrics().status_code == 500
+    control.reset()
+    assert "vllm:num_requests_waiting" in metric_values(control.metrics().text)
+
+
+def test_scheduler_flags_are_what_reset_comes_back_to() -> None:
+    flags = ("--slots", "1", "--scheduling", "priority", "--preempt", "--metrics-dialect", "llama.cpp")
+    with running_test_engine(*flags) as base_url:
+        control = EngineControl(base_url)
+        control.config(slots=3, preempt=False)
+        control.reset()
+        config = control.config()
+        assert {k: config[k] for k in ("slots", "scheduling", "preempt", "metrics_dialect")} == {
+            "slots": 1, "scheduling": "priority", "preempt": True, "metrics_dialect": "llama.cpp"}
+        assert "llamacpp:requests_deferred" in metric_values(control.metrics().text)
+
+
+def test_reset_lets_the_waiting_requests_go(client: httpx.Client, engine_url: str) -> None:
+    control = EngineControl(engine_url)
+    control.config(slots=1)
+    with ThreadPoolExecutor(3) as pool:
+        calls = [pool.submit(ask, client, "x #hold=stuck") for _ in range(3)]
+        control.wait_stats(running=1, waiting=2)
+        control.reset()
+        assert [call.result(timeout=10).status_code for call in calls] == [200] * 3

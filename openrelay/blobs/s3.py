@@ -132,7 +132,7 @@ class S3BlobStore:
         meta = self._head(key)
         raw = _RangeReader(self._store, key, size=meta["size"], e_tag=meta["e_tag"], window=self.read_bytes)
         with io.BufferedReader(raw, 1 << 20) as handle:
-            yield handle  # type: ignore[misc]  # a BufferedReader is a BinaryIO
+            yield handle
 
     def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
         with self.open(key) as handle:

@@ -1,8 +1,8 @@
 """The engine interface: send one request body to a model server, get its HTTP-like answer back.
 
 An engine answers every request it could deliver with an ``EngineReply`` (any status); it raises
-``EngineUnavailable`` only when no answer came (connection refused, timeout, process gone). Deciding what to
-retry is the worker's business, not the engine's.
+``EngineUnavailable`` only when no answer came (connection refused, process gone; ``EngineTimedOut``: none within
+its timeout). Deciding what to retry is the worker's business, not the engine's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..errors import OpenRelayError
 
-__all__ = ["Engine", "EngineReply", "EngineUnavailable"]
+__all__ = ["Engine", "EngineReply", "EngineTimedOut", "EngineUnavailable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,10 @@ class EngineReply:
 class EngineUnavailable(OpenRelayError):
     status = 503
     code = "engine_unavailable"
+
+
+class EngineTimedOut(EngineUnavailable):
+    """No answer within the engine's timeout: the engine too slow, which the adaptive limiter backs off from."""
 
 
 class Engine(Protocol):

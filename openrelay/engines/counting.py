@@ -6,6 +6,7 @@ by one rule on the texts' UTF-8 bytes elsewhere. Each engine's rule: docs/progre
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -167,8 +168,9 @@ class _LlamaChat:
             llama = self._loaded()
         except Exception:  # noqa: BLE001 - llama.cpp missing or the model unloadable here: count by the rule
             return Count(approximate_tokens(endpoint, body), exact=False)
-        handler = (llama._chat_handlers.get(llama.chat_format)
-                   or llama_chat_format.get_chat_completion_handler(llama.chat_format))
+        # Given a stand-in for the model (``_PromptOnly``), not the ``Llama`` it is typed to take.
+        handler: Callable[..., object] = (llama._chat_handlers.get(llama.chat_format)
+                                          or llama_chat_format.get_chat_completion_handler(llama.chat_format))
         try:
             with self._lock:  # one llama.cpp vocabulary, used by one thread at a time
                 handler(llama=_PromptOnly(llama), messages=messages)

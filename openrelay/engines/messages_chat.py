@@ -102,14 +102,14 @@ def message_of(completion: dict[str, Any], params: dict[str, Any]) -> dict[str, 
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
     if choice is None:
         return None
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    message = found if isinstance(found := choice.get("message"), dict) else {}
     text = message.get("content")
-    finish = choice.get("finish_reason")
+    finish = found if isinstance(found := choice.get("finish_reason"), str) else ""  # a list would not hash
     reason, sequence = _STOP_REASONS.get(finish, "end_turn"), None
     matched = choice.get("stop_reason")  # vLLM's: the stop string that ended the answer
     if finish == "stop" and isinstance(matched, str) and matched in (params.get("stop_sequences") or ()):
         reason, sequence = "stop_sequence", matched
-    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+    usage = found if isinstance(found := completion.get("usage"), dict) else {}
     details = usage.get("prompt_tokens_details")
     prompt, cached = _count(usage, "prompt_tokens"), _count(details if isinstance(details, dict) else {},
                                                            "cached_tokens")

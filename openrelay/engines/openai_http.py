@@ -18,7 +18,7 @@ from pyreqwest.exceptions import PyreqwestError, RequestTimeoutError
 
 from .. import tracing
 from ..errors import error_envelope
-from .base import EngineReply, EngineUnavailable
+from .base import EngineReply, EngineTimedOut, EngineUnavailable
 
 __all__ = ["OpenAIEngine"]
 
@@ -69,7 +69,7 @@ class OpenAIEngine:
             response = await request.body_bytes(payload).build().send()
             status, content = response.status, (await response.bytes()).to_bytes()
         except RequestTimeoutError as exc:
-            raise EngineUnavailable("engine timed out") from exc
+            raise EngineTimedOut("engine timed out") from exc
         except (PyreqwestError, OSError) as exc:  # refused, reset, closed early: no answer came
             raise EngineUnavailable(f"engine unreachable: {exc.__class__.__name__}: {exc}") from exc
         try:

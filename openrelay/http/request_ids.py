@@ -5,6 +5,8 @@ from the tracer provider ``openrelay/tracing.py`` sets)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -15,7 +17,7 @@ from .access_log import log_answer
 __all__ = ["RequestIds", "request_id_of", "id_headers"]
 
 
-def request_id_of(scope: Scope) -> str | None:
+def request_id_of(scope: Mapping[str, Any]) -> str | None:
     return scope.get("state", {}).get("request_id")
 
 

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -223,15 +223,19 @@ def _refuse_no_valid_records(files: Files, blobs: BlobStore, key: ApiKey, result
 def _not_jsonl_hint(source: Callable[[], Iterable[Block]]) -> str:
     """For an input file every record of which was rejected: a sentence saying it must be JSONL, when its first
     line opens a JSON array or is a lone ``{`` (pretty-printed JSON); else nothing."""
-    with contextlib.closing(iter(source())) as blocks:
+    blocks = iter(source())
+    try:
         first = next((line.removeprefix(BOM).strip() for block in blocks for line in block.lines
                       if line.removeprefix(BOM).strip()), b"")
-        if first.startswith(b"["):
-            return (". The input must be JSONL, one request object per line; it looks like a JSON array: write "
-                    "each element on a line of its own")
-        if first == b"{":
-            return (". The input must be JSONL, one request object per line; it looks like pretty-printed JSON: "
-                    "write each request on a single line")
+    finally:
+        if isinstance(blocks, Generator):  # the stored file's reader: let go of the blob now
+            blocks.close()
+    if first.startswith(b"["):
+        return (". The input must be JSONL, one request object per line; it looks like a JSON array: write "
+                "each element on a line of its own")
+    if first == b"{":
+        return (". The input must be JSONL, one request object per line; it looks like pretty-printed JSON: "
+                "write each request on a single line")
     return ""
 
 

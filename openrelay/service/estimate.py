@@ -26,7 +26,7 @@ def estimate(catalog: Catalog, *, source: Callable[[], Blocks], result: ScanResu
              priority: str) -> dict[str, Any]:
     """``openrelay.estimate`` of the records ``result`` accepted, read again from ``source``."""
     spec = catalog.models.get(result.model or "")
-    found = {"input_tokens": 0, "max_input_tokens": 0, "max_output_tokens": 0, "min_cost_nano_usd": 0,
+    found: dict[str, Any] = {"input_tokens": 0, "max_input_tokens": 0, "max_output_tokens": 0, "min_cost_nano_usd": 0,
              "max_cost_nano_usd": 0, "tokens_counted": "exact", "reusable_prefix_tokens": 0,
              "reusable_prefix_counted": "approximate"}
     if spec is None:

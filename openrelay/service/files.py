@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
-from ..blobs.base import BlobStore
+from ..blobs.base import BlobStore, BlobWriter
 from ..blobs.keys import file_key
 from ..errors import InvalidRequest, PayloadTooLarge, RangeNotSatisfiable
 from ..ids import new_file_id
@@ -37,7 +38,7 @@ class Upload:
         self.file_id = new_file_id()
         self.blob_key = file_key(self.file_id)
         self.size = 0
-        self._writer_cm = rt.blobs.writer(self.blob_key)
+        self._writer_cm: AbstractContextManager[BlobWriter] | None = rt.blobs.writer(self.blob_key)
         self._writer = self._writer_cm.__enter__()
 
     def write(self, data: bytes) -> None:

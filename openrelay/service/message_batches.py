@@ -19,6 +19,7 @@ import orjson
 
 from ..catalog import MESSAGES
 from ..errors import Conflict, InvalidRequest, anthropic_error, no_such
+from ..lifecycle import End
 from ..runtime import Runtime
 from ..types import TERMINAL, ApiKey, Batch, BatchStatus, Scope
 from .auth import require
@@ -30,8 +31,8 @@ __all__ = ["create_message_batch", "get_message_batch", "list_message_batches", 
 _decode_object = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode_list = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _REQUEST_FIELDS = ("custom_id", "params")
-_UNRUN_RESULTS = {"batch_cancelled": "canceled", "batch_expired": "expired"}
-_SERVER_CODES = ("batch_failed", "batch_aborted")  # unrun for a reason of the service's: ``api_error``
+_UNRUN_RESULTS = {End.CANCELLED.unrun_code: "canceled", End.EXPIRED.unrun_code: "expired"}
+_SERVER_CODES = (End.FAILED.unrun_code, End.ABORTED.unrun_code)  # unrun for a reason of the service's: ``api_error``
 _REJECTED_LINE = re.compile(r"^line (\d+): ")
 
 

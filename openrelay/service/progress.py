@@ -44,7 +44,7 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
         return numbers
     numbers["concurrency_limit"] = state.concurrency_limit
     flushed = window_totals(state.window, now) if in_progress_at is not None else None
-    if flushed is None:
+    if flushed is None or in_progress_at is None:
         return numbers
     span = max(1.0, min(float(WINDOW_SECONDS), now - in_progress_at))
     records_per_second, tokens_per_second = flushed[0] / span, flushed[1] / span

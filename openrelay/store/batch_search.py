@@ -114,7 +114,7 @@ def _filtered(org_id: str, query: BatchQuery, *, is_sqlite: bool, walk: tuple[st
     if walk:
         source, found, order = tagged(org_id, walk)
     else:
-        mine = batches.c.org_id
+        mine: sa.ColumnElement[str] = batches.c.org_id
         if query.text and fts_leads(query.text, is_sqlite=is_sqlite):
             mine = mine.concat("")  # the text index's matches lead (batch_text.fts_leads)
         source, found, order = batches, [mine == org_id], (batches.c.created_ns, batches.c.id)
@@ -138,7 +138,7 @@ def _impossible(query: BatchQuery) -> bool:
 def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
            after: str | None = None) -> tuple[list[Batch], bool]:
     """Newest first, after the batch ``after`` (404 when the organization has none such); has_more."""
-    if holds_nul(after):
+    if after is not None and holds_nul(after):
         raise no_such("Batch", after, param="after")
     if _impossible(query):
         return [], False

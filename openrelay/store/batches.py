@@ -10,7 +10,8 @@ import sqlalchemy as sa
 
 from ..clock import now
 from ..errors import Conflict, no_such
-from ..types import CANCELLABLE_VALUES, TERMINAL_VALUES, ApiKey, Batch, BatchStatus
+from ..lifecycle import CANCEL
+from ..types import TERMINAL_VALUES, ApiKey, Batch
 from .batch_rows import batch_from_row, batch_values
 from .budgets import reserve
 from .db import Database, holds_nul, in_order_after
@@ -83,8 +84,8 @@ class Batches:
         with self.db.write() as conn:
             done = conn.execute(batches.update().where(
                 batches.c.id == batch_id, batches.c.org_id == org_id,
-                batches.c.status.in_(CANCELLABLE_VALUES),
-            ).values(status=BatchStatus.CANCELLING.value, cancelling_at=now(),
+                batches.c.status.in_(CANCEL.source_values),
+            ).values(status=CANCEL.to.value, cancelling_at=now(),
                       retry_at=None))  # a batch backing off after a failed run has its cancel done at once
         batch = self.get(org_id, batch_id)
         if done.rowcount == 0 and batch.terminal:

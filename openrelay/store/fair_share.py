@@ -31,7 +31,7 @@ def fair_queue() -> tuple[sa.FromClause, list[sa.ColumnElement]]:
     over the model's running batches (at most its slots), joined by organization: a count per queued row would read
     every batch of the model in progress once per queued batch: 5.6 s a claim on PostgreSQL with 10,000 queued
     (bench/bench_claim_queue.py)."""
-    model = sa.bindparam("model")
+    model: sa.BindParameter[str] = sa.bindparam("model")
     running = (sa.select(batches.c.org_id, sa.func.count().label("batches"))
                .where(batches.c.model == model, batches.c.started.is_(True), batches.c.status.in_(CLAIMABLE_VALUES))
                .group_by(batches.c.org_id).subquery("running_of_org"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -80,7 +81,7 @@ class Files:
             rows = conn.execute(query.limit(limit + 1)).all()
         return [_file(r) for r in rows[:limit]], len(rows) > limit
 
-    def batches_reading(self, org_id: str, file_ids: list[str], *, newest: int) -> dict[str, FileUses]:
+    def batches_reading(self, org_id: str, file_ids: builtins.list[str], *, newest: int) -> dict[str, FileUses]:
         """The batches each of ``file_ids`` is the input of (files no batch used are left out): one query for
         all of them, on the index ``ix_batches_org_input_file`` (migration 0013), with the ``newest`` of each."""
         if not file_ids:
@@ -111,7 +112,7 @@ class Files:
             ).limit(1)).first()
         return record, in_use is None
 
-    def orphaned_batch_blobs(self, batch: Batch) -> list[str]:
+    def orphaned_batch_blobs(self, batch: Batch) -> builtins.list[str]:
         """Blobs an ended batch kept alive that no file row names any more (deleted while it ran)."""
         keys = [batch.input_blob_key] + ([rejections_key(batch.id)] if batch.rejected_count else [])
         with self.db.read() as conn:

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection, Row
 
 from ..clock import now, seconds
 from ..errors import no_such
+from ..lifecycle import ALL_LINED, QUEUE
 from ..types import CLAIMABLE_VALUES, Batch, BatchStatus
 from .batch_rows import batch_from_row
 from .db import Database
@@ -165,8 +166,7 @@ class BatchLeases:
 # bound parameters, the database's clock (``clock``, and ``clock_s`` in whole seconds) among them.
 _c = batches.c
 _CLOCK = sa.bindparam("clock", type_=sa.Float)
-_PROMOTE = (batches.update().where(_c.status == BatchStatus.VALIDATING.value)
-            .values(status=BatchStatus.IN_PROGRESS.value))
+_PROMOTE = batches.update().where(_c.status.in_(QUEUE.source_values)).values(status=QUEUE.to.value)
 _FREE = sa.or_(_c.lease_owner.is_(None), _c.lease_expires_at < _CLOCK)
 _READY = sa.or_(_c.retry_at.is_(None), _c.retry_at <= _CLOCK)  # not waiting out the backoff after a failed run
 _TAKE = (batches.update().where(_c.id == sa.bindparam("batch_id"), _FREE)
@@ -179,8 +179,8 @@ _MARK_RUNNING = batches.update().where(_MINE, sa.or_(_c.in_progress_at.is_(None)
                                                      _c.concurrency_limit.is_distinct_from(_LIMIT))).values(
     in_progress_at=sa.func.coalesce(_c.in_progress_at, sa.bindparam("stamp")), concurrency_limit=_LIMIT)
 _FINALIZING_WHEN_DONE = batches.update().where(
-    _MINE, _c.status == BatchStatus.IN_PROGRESS.value, _c.total - _c.completed - _c.failed == 0,
-).values(status=BatchStatus.FINALIZING.value, finalizing_at=sa.bindparam("stamp"))
+    _MINE, _c.status.in_(ALL_LINED.source_values), _c.total - _c.completed - _c.failed == 0,
+).values(status=ALL_LINED.to.value, finalizing_at=sa.bindparam("stamp"))
 _RUNNING = sa.select(sa.func.count()).where(_c.model == sa.bindparam("model"), _c.started.is_(True),
                                            _c.status.in_(CLAIMABLE_VALUES))
 
@@ -202,7 +202,7 @@ def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
     worker ``runs`` more, of the ``start_models`` when it names ``some_models``."""
     to_end = [_c.status != BatchStatus.IN_PROGRESS.value, _c.expires_at <= sa.bindparam("clock_s"),
               _c.model.not_in(sa.bindparam("models", expanding=True))]
-    orphaned = _c.started.is_(True)
+    orphaned: sa.ColumnElement[bool] = _c.started.is_(True)
     if some_models:
         orphaned = sa.and_(orphaned, _c.model.in_(sa.bindparam("start_models", expanding=True)))
     return (sa.select(_c.id).where(_c.status.in_(CLAIMABLE_VALUES), _FREE,

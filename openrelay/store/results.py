@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from ..clock import now, seconds
 from ..errors import StoreError
+from ..lifecycle import ENDS, TransitionRefused, final_status
 from ..types import Batch, BatchStatus
 from .budgets import release, settle
 from .db import Database
@@ -119,43 +119,38 @@ class Results:
     def finalize(self, batch_id: str, worker_id: str, *, status: BatchStatus, output: ResultFile | None,
                  error: ResultFile | None, org_id: str, unrun: int | None,
                  errors: list[dict] | None = None) -> None:
-        """Write the result files' rows and move the batch to its terminal status, releasing the lease.
+        """Write the result files' rows and move the batch to its terminal status (``lifecycle.final_status`` of
+        ``status``), releasing the lease; fenced by the lease (``LeaseLost``) and by the statuses the end may start
+        from (``lifecycle.ENDS``: ``TransitionRefused``). The row is locked first, so a cancel waits for this end.
 
         ``unrun`` records never ran (cancelled, expired or failed batch): they count as failed here, in the
         same transaction, so a finalizing retried after a crash cannot count them twice. None: every record without
         a line (a batch ended without its files).
         """
         stamp = now()
-        with self.db.write() as conn:
-            current, key_id, reserved, expires_after = conn.execute(_ENDING, {"batch_id": batch_id}).one()
-            if status is BatchStatus.COMPLETED and current == BatchStatus.CANCELLING.value:
-                # Cancelled while finalizing: every record ran, but the user asked to cancel; say so.
-                status = BatchStatus.CANCELLED
-            self._finalize(conn, batch_id, worker_id, status=status, output=output, error=error, org_id=org_id,
-                           unrun=unrun, errors=errors, stamp=stamp, expires_after=expires_after)
-            release(conn, batch_id=batch_id, key_id=key_id, reserved=reserved)  # after the lease's fence
-
-    def _finalize(self, conn: Connection, batch_id: str, worker_id: str, *, status: BatchStatus,
-                  output: ResultFile | None, error: ResultFile | None, org_id: str, unrun: int | None,
-                  errors: list[dict] | None, stamp: int, expires_after: int | None = None) -> None:
         params: dict[str, Any] = {"batch_id": batch_id, "owner": worker_id, "stamp": stamp, "unrun": unrun or 0}
         if errors is not None:
             params["errors_json"] = orjson.dumps(errors).decode()
-        for result, column in ((output, "output_id"), (error, "error_id")):
-            if result is None:
-                continue
-            insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
-                        filename=result.filename, size=result.size, blob_key=result.blob_key,
-                        expires_after=expires_after, created_at=stamp)
-            params[column] = result.file_id
-        done = conn.execute(_end_statement(status, every_unlined=unrun is None, errors=errors is not None,
-                                           output=output is not None, error=error is not None), params)
-        if done.rowcount == 0:
-            raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
-        count_ended(conn, [batch_id], sign=1)  # the summary's counters, with the status (store/ended_counts.py)
-        # The webhook event of this status, in the same transaction: both commit or neither (store/webhook_outbox.py).
-        enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
-                            stamp=stamp, errors=errors)
+        with self.db.write() as conn:
+            current, owner, key_id, reserved, expires_after = conn.execute(_ENDING, {"batch_id": batch_id}).one()
+            status = final_status(status, unrun=unrun, current=BatchStatus(current))
+            for result, column in ((output, "output_id"), (error, "error_id")):
+                if result is not None:
+                    insert_file(conn, file_id=result.file_id, org_id=org_id, purpose="batch_output",
+                                filename=result.filename, size=result.size, blob_key=result.blob_key,
+                                expires_after=expires_after, created_at=stamp)
+                    params[column] = result.file_id
+            done = conn.execute(_end_statement(status, every_unlined=unrun is None, errors=errors is not None,
+                                               output=output is not None, error=error is not None), params)
+            if done.rowcount == 0 and owner != worker_id:
+                raise LeaseLost(f"worker {worker_id} no longer holds batch {batch_id}")
+            if done.rowcount == 0:
+                raise TransitionRefused(f"batch {batch_id}: {current} cannot end {status.value}")
+            count_ended(conn, [batch_id], sign=1)  # the summary's counters, with the status (store/ended_counts.py)
+            # Its webhook event, in the same transaction: both commit or neither (store/webhook_outbox.py).
+            enqueue_batch_event(conn, clock=self.db.clock(conn), org_id=org_id, batch_id=batch_id, status=status,
+                                stamp=stamp, errors=errors)
+            release(conn, batch_id=batch_id, key_id=key_id, reserved=reserved)  # after the lease's fence
 
 
 # The statements of a chunk's commit and a batch's end, built once (they run for every batch, however small).
@@ -172,16 +167,17 @@ _ADD_CHUNK = batches.update().where(_c.id == sa.bindparam("batch_id"), _c.lease_
     output_tokens=_c.output_tokens + sa.bindparam("d_output"),
     reasoning_tokens=_c.reasoning_tokens + sa.bindparam("d_reasoning"),
     cost_nano_usd=_c.cost_nano_usd + sa.bindparam("d_cost"))
-_ENDING = sa.select(_c.status, _c.key_id, _c.reserved_nano_usd, _c.output_expires_seconds).where(
-    _c.id == sa.bindparam("batch_id"))
+_ENDING = sa.select(_c.status, _c.lease_owner, _c.key_id, _c.reserved_nano_usd, _c.output_expires_seconds).where(
+    _c.id == sa.bindparam("batch_id")).with_for_update()
 
 
 @functools.cache
 def _end_statement(status: BatchStatus, *, every_unlined: bool, errors: bool, output: bool,
                    error: bool) -> sa.Update:
-    """The terminal update of ``Results._finalize``, fenced by the lease (``owner``): ``every_unlined`` counts
-    every record without a line as failed, else the ``unrun`` ones are added to the failed."""
-    stamp = sa.bindparam("stamp")
+    """The terminal update of ``Results.finalize``, fenced by the lease (``owner``) and guarded by the statuses
+    the end starts from: ``every_unlined`` counts every record without a line as failed, else the ``unrun`` ones
+    are added to the failed."""
+    stamp: sa.BindParameter[int] = sa.bindparam("stamp")
     values: dict[str, Any] = {
         "status": status.value, "lease_owner": None, "lease_expires_at": None, f"{status.value}_at": stamp,
         "failed": _c.total - _c.completed if every_unlined else _c.failed + sa.bindparam("unrun"), "retry_at": None,
@@ -194,5 +190,5 @@ def _end_statement(status: BatchStatus, *, every_unlined: bool, errors: bool, ou
         values["output_file_id"] = sa.bindparam("output_id")
     if error:
         values["error_file_id"] = sa.bindparam("error_id")
-    return batches.update().where(_c.id == sa.bindparam("batch_id"), _c.lease_owner == sa.bindparam("owner")).values(
-        **values)
+    return batches.update().where(_c.id == sa.bindparam("batch_id"), _c.lease_owner == sa.bindparam("owner"),
+                                  _c.status.in_(ENDS[status].source_values)).values(**values)

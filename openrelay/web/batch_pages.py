@@ -109,13 +109,14 @@ async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, b
     q = request.query_params
     progress = (await run_in_threadpool(progress_service.numbers, rt.db, [batch]))[batch.id]
     view = BatchView(batch, seconds(), progress)
-    browse = {"kind": q.get("kind") or "all", "code": q.get("code") or None, "custom_id": q.get("cid") or None,
-              "cursor": q.get("at") or None}
+    kind = q.get("kind") or "all"
+    filters = {"code": q.get("code") or None, "custom_id": q.get("cid") or None, "cursor": q.get("at") or None}
+    browse = {"kind": kind, **filters}
     records = summary = None
     series: list[dict[str, int]] = []
     if signed.can(Scope.FILES_READ):
         records = await run_in_threadpool(lambda: record_service.browse_records(
-            rt, signed.key, batch.id, limit=RECORDS_PAGE, **browse))
+            rt, signed.key, batch.id, limit=RECORDS_PAGE, kind=kind, **filters))
         summary = await run_in_threadpool(record_service.error_summary, rt, signed.key, batch)
     series = await run_in_threadpool(record_service.throughput, rt.results, signed.key, batch)
     peak = max((s["records"] for s in series), default=0)

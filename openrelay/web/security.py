@@ -39,7 +39,7 @@ def csrf_for(session_id: str) -> str:
 
 
 def csrf_matches(expected: str | None, given: object) -> bool:
-    return bool(expected) and isinstance(given, str) and hmac.compare_digest(expected.encode(), given.encode())
+    return bool(expected and isinstance(given, str) and hmac.compare_digest(expected.encode(), given.encode()))
 
 
 def new_login_token() -> str:

@@ -160,13 +160,13 @@ class BatchView:
                          if at), None)
         steps.append(terminal or ("window ends", b.expires_at))
         shown: list[tuple[str, int | None, str, bool]] = []
-        previous = None
+        previous: int | None = None
         for name, at in steps:
-            happened = at is not None and at <= self.now
-            took = duration(at - previous) if happened and previous is not None and at >= previous else ""
-            shown.append((name, at, took, happened))
-            if happened:
-                previous = at
+            if at is None or at > self.now:
+                shown.append((name, at, "", False))
+                continue
+            shown.append((name, at, duration(at - previous) if previous is not None and at >= previous else "", True))
+            previous = at
         return shown
 
 

@@ -16,6 +16,7 @@ from ..backoff import Backoff
 from ..config import Settings
 from ..engines.base import EngineReply
 from ..metrics import ENGINE_RETRIES
+from .outcome import Outcome
 from .replicas import Outage, Replica
 
 __all__ = ["EngineGate", "Outage", "Stopped", "StopReason"]
@@ -75,7 +76,7 @@ class EngineGate:
                     if span is not None:
                         span.set_attributes({"http.response.status_code": reply.status_code,
                                              "openrelay.outcome": outcome})
-                if outcome == "answered":
+                if outcome.final:
                     replica.answered(sent)
                     return reply
                 if stop_reason() == "lost":
@@ -84,9 +85,9 @@ class EngineGate:
                     failed_on[replica] = time.monotonic()
                     replica.failing += 1
                 others = len(self.replicas) > 1 and any(r.is_open and r is not replica for r in self.replicas)
-                if outcome in ("no_answer", "failed") and len(self.replicas) > 1:
+                if outcome is not Outcome.OVERLOAD and len(self.replicas) > 1:
                     replica.suspect()
-                if outcome == "overloaded" and self.adaptive:
+                if outcome is Outcome.OVERLOAD and self.adaptive:
                     overloaded_since = overloaded_since if overloaded_since is not None else time.monotonic()
                     if time.monotonic() - overloaded_since < self.settings.engines.sick_engine_seconds:
                         overloads += 1
@@ -97,7 +98,7 @@ class EngineGate:
                 attempt += 1
                 if attempt < self.settings.engines.retry_attempts:
                     ENGINE_RETRIES.labels(self.model).inc()
-                    if others and outcome != "overloaded":
+                    if others and outcome is not Outcome.OVERLOAD:
                         avoid = replica  # another replica may answer at once: no reason to wait
                         continue
                     avoid = None

@@ -1,14 +1,13 @@
-"""What the adaptive limiter (``limiter.py``) measures: how each call went (``Outcome``), and windows of calls sent
-one after another under one limit, judged on a typical call's latency (the ``QUANTILE`` of its answers) with a
-one-sided binomial test (``significant``)."""
+"""What the adaptive limiter (``limiter.py``) measures: windows of calls sent one after another under one limit,
+judged on a typical call's latency (the ``QUANTILE`` of its answers) with a one-sided binomial test
+(``significant``)."""
 
 from __future__ import annotations
 
 import functools
 import math
-from enum import StrEnum
 
-__all__ = ["QUANTILE", "SIGNIFICANCE", "Outcome", "Window", "outcome_for_status", "significant"]
+__all__ = ["QUANTILE", "SIGNIFICANCE", "Window", "significant"]
 
 # The window's typical call: slower than 60% of its answers. Above the median, so that a slowdown of the calls sent
 # while most slots are taken shows (in a burst, the first calls sent still found the engine unloaded); below the
@@ -18,22 +17,6 @@ QUANTILE = 0.6
 # the tolerance would have as many with at most this probability (a binomial test), and the upper bound of its
 # typical latency at the same level is what it offers the baseline.
 SIGNIFICANCE = 0.05
-
-
-class Outcome(StrEnum):
-    SUCCESS = "success"  # the engine answered: a latency sample
-    OVERLOAD = "overload"  # 429 or 503, or no answer within the timeout: back off
-    ERROR = "error"  # any other failure (a 4xx, a refused connection): frees the slot, tells nothing
-    IGNORE = "ignore"  # the call was cancelled before its answer: frees the slot, tells nothing
-
-
-def outcome_for_status(status_code: int) -> Outcome:
-    """What an engine's HTTP answer tells the limiter. 408 and 504 are timeouts, which count as overload."""
-    if 200 <= status_code < 300:
-        return Outcome.SUCCESS
-    if status_code in (408, 429, 503, 504):
-        return Outcome.OVERLOAD
-    return Outcome.ERROR
 
 
 @functools.cache

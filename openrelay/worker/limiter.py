@@ -6,16 +6,16 @@ concurrency")."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .latency_window import Outcome, Window, outcome_for_status
+from .latency_window import Window
+from .outcome import Outcome
 
-__all__ = ["ConcurrencyLimiter", "Outcome", "Slot", "Token", "outcome_for_status"]
+__all__ = ["ConcurrencyLimiter", "Token"]
 
 TOLERANCE = 0.2  # a window's typical call up to 20% slower than the baseline still counts as the engine keeping up
 # Answers a window needs at the least: enough that a low limit is not judged on a few calls, and that its latency's
@@ -29,7 +29,7 @@ MIN_ANSWERS = 4  # answers a window needs to offer the baseline its latency; the
 PROBE_STEP = 1 / 16  # below the limit it last backed off from, a low limit grows by at least this share of itself
 BASELINE_WINDOWS = 256  # the baseline forgets a window after this many more: a workload that got slower is relearnt
 LATENCY_BACKOFF = (0.5, 0.9)  # a slow window multiplies the limit by tolerated/observed, held within these bounds
-OVERLOAD_BACKOFF = 0.8  # what a 429/503 multiplies the limit by
+OVERLOAD_BACKOFF = 0.8  # what an overload or a timeout (``Outcome.backs_off``) multiplies the limit by
 # In slow start a window judged slower does not end it while its throughput rose at least this fast against its
 # load since the last window within (d log throughput / d log calls in flight; 1 while the engine keeps up, 0 when
 # more calls only queue): the latency rose, but from contention that more calls still pay for (a CPU shared with
@@ -152,7 +152,7 @@ class ConcurrencyLimiter:
                 and latency <= (1 + self.tolerance) * self._recent_low():
             self._kept_up = max(self._kept_up, self.limit)
             self._set_estimate(self._estimate + 1)  # every slot was taken and the engine kept up
-        if outcome is Outcome.OVERLOAD and token.sent >= self._backed_off:
+        if outcome.backs_off and token.sent >= self._backed_off:
             ceiling = self._estimate
             self._set_estimate(ceiling * OVERLOAD_BACKOFF)
             self._back_off(ceiling)
@@ -163,24 +163,6 @@ class ConcurrencyLimiter:
         elif window is not None and window.offers_later and window.complete:
             self._offer_baseline(window)
         self._wake_waiters()
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[Slot]:
-        """``async with limiter.slot() as slot: reply = await send(); slot.report(outcome_for_status(...))``.
-        Without a report the slot counts as a success if the block ends normally, an error if it raises and is
-        ignored if it is cancelled."""
-        held = Slot(await self.acquire())
-        outcome = Outcome.SUCCESS
-        try:
-            yield held
-        except asyncio.CancelledError:
-            outcome = Outcome.IGNORE
-            raise
-        except BaseException:
-            outcome = Outcome.ERROR
-            raise
-        finally:
-            self.release(held.token, held.outcome or outcome, held.work)
 
     def _count_in_flight(self, change: int) -> tuple[float, float]:
         """Counts ``change`` calls more in flight from now on; returns now, and the integral of the calls in flight
@@ -346,16 +328,3 @@ class ConcurrencyLimiter:
         self._estimate = min(max(value, float(self.min_limit)), float(self.max_limit))
         if self.limit != before and self.on_change is not None:
             self.on_change(self.limit)
-
-
-@dataclass(slots=True)
-class Slot:
-    """A slot held by ``ConcurrencyLimiter.slot``; ``report`` says how its call went."""
-
-    token: Token
-    outcome: Outcome | None = None
-    work: float = 1.0
-
-    def report(self, outcome: Outcome, work: float = 1.0) -> None:
-        self.outcome = outcome
-        self.work = work

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from ..lifecycle import End
 from ..types import Rejection
 
 __all__ = ["output_line", "error_line", "engine_error_line", "rejection_line", "unrun_line"]
@@ -34,10 +35,10 @@ def error_line(custom_id: str, *, code: str, message: str, status_code: int | No
 
 def engine_error_line(custom_id: str, status_code: int, body: dict[str, Any], request_id: str) -> bytes:
     """A record the engine refused (4xx) or kept failing (5xx after retries)."""
-    err = body.get("error") if isinstance(body.get("error"), dict) else body
+    err = found if isinstance(found := body.get("error"), dict) else body
     code = next((v for v in (err.get("code"), err.get("type")) if isinstance(v, str) and v), None)
     code = code or ("server_error" if status_code >= 500 else "invalid_request_error")
-    message = err.get("message") if isinstance(err.get("message"), str) else None
+    message = found if isinstance(found := err.get("message"), str) else None
     return error_line(custom_id, code=code, message=message or f"engine answered {status_code}",
                       status_code=status_code, request_id=request_id)
 
@@ -47,12 +48,7 @@ def rejection_line(rejection: Rejection) -> bytes:
     return error_line(rejection.custom_id, code=rejection.code, message=f"line {rejection.line}: {rejection.message}")
 
 
-def unrun_line(custom_id: str, code: str) -> bytes:
-    messages = {
-        "batch_cancelled": "the batch was cancelled before this request started",
-        "batch_expired": "the batch's completion window ended before this request started",
-        "batch_failed": "the batch failed before this request started",
-        "batch_aborted": "the batch was stopped by its failure_threshold (too many of its records failed) before "
-                         "this request started",
-    }
-    return error_line(custom_id, code=code, message=messages[code])
+def unrun_line(custom_id: str, end: End, *, waiting: bool = False) -> bytes:
+    """A record the batch's ``end`` left unrun: it never started, or (``waiting``) its engine was not answering."""
+    assert end.unrun_code is not None
+    return error_line(custom_id, code=end.unrun_code, message=end.unrun_message(waiting=waiting))

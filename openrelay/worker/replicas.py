@@ -18,16 +18,12 @@ from ..config import Settings
 from ..engines.base import Engine, EngineReply, EngineUnavailable
 from ..errors import error_envelope
 from ..metrics import ENGINE_CONCURRENCY_LIMIT, ENGINE_IN_FLIGHT, ENGINE_UP
-from .limiter import ConcurrencyLimiter, outcome_for_status
-from .limiter import Outcome as Lesson
+from .limiter import ConcurrencyLimiter
+from .outcome import Outcome, outcome_of
 
-__all__ = ["Replica", "Outage", "Outcome", "OVERLOAD_STATUSES"]
+__all__ = ["Replica", "Outage"]
 
 Outage = Literal["down", "sick"]
-# What one call came to: an answer that is no failure, the engine too busy (429/503), another failure (408, 5xx),
-# or no answer at all (refused, reset, timed out).
-Outcome = Literal["answered", "overloaded", "failed", "no_answer"]
-OVERLOAD_STATUSES = frozenset((429, 503))  # the engine says it has too much to do: a limiter backs off
 
 log = logging.getLogger("openrelay.worker")
 
@@ -87,28 +83,22 @@ class Replica:
     async def send(self, endpoint: str, body: dict[str, Any]) -> tuple[EngineReply, Outcome]:
         """One call, inside this replica's limiter when the model's concurrency is adaptive."""
         token = await self.limiter.acquire() if self.limiter is not None else None
-        seen = Lesson.IGNORE  # what the limiter learns: a cancelled call teaches it nothing
+        outcome = Outcome.IGNORE  # a cancelled call teaches the limiter nothing
         self.in_flight += 1
         try:
             try:
                 reply = await self.engine.call(endpoint, body)
             except EngineUnavailable as exc:
-                # A timeout is the engine too slow to answer: the limiter backs off as for a 429.
-                seen = Lesson.OVERLOAD if "timed out" in exc.message else Lesson.ERROR
-                reply = EngineReply(503, error_envelope(exc.message, type_="server_error", code="engine_unavailable"))
-                return reply, "no_answer"
-            status = reply.status_code
-            seen = outcome_for_status(status)
-            if status in OVERLOAD_STATUSES:
-                return reply, "overloaded"
-            if status >= 500 or status == 408:
-                return reply, "failed"
-            return reply, "answered"
+                outcome = outcome_of(exc)
+                return EngineReply(503, error_envelope(exc.message, type_="server_error",
+                                                       code="engine_unavailable")), outcome
+            outcome = outcome_of(reply)
+            return reply, outcome
         finally:
             self.in_flight -= 1
             if token is not None:
                 assert self.limiter is not None
-                self.limiter.release(token, seen)
+                self.limiter.release(token, outcome)
 
     def answered(self, sent: float) -> None:
         """A call sent at ``sent`` got an answer that is not a failure."""

@@ -4,8 +4,7 @@ Three helpers do the rest: the ``EngineGate`` owns retries and outages, the ``Ch
 durable, the ``LeaseKeeper`` renews the lease and sees a cancel. A crash loses at most the records in flight or
 waiting for a write, and those run again on resume. A record's failure is only that record's: whatever an engine,
 a tool loop or the record itself raises becomes its own error line. The terminal status is decided at the end from
-the store's counts: every record has its line (completed), the user cancelled (cancelled), too many records failed
-(``failure_threshold``: failed, ``worker/abort.py``), or the window ended with records unrun (expired).
+the store's counts, by ``lifecycle.decide_end``.
 """
 
 from __future__ import annotations
@@ -20,12 +19,13 @@ from typing import Any
 from .. import tracing
 from ..catalog import ModelSpec
 from ..engines.base import EngineReply
-from ..failure_threshold import ABORTED_RECORD_CODE, FailureThreshold
-from ..ids import new_request_id
+from ..failure_threshold import FailureThreshold
+from ..ids import new_record_request_id
+from ..lifecycle import End, decide_end
 from ..metrics import RUNNING_BATCHES
 from ..runtime import Runtime
 from ..store.results import Chunk, LeaseLost
-from ..types import Batch, BatchStatus, Rejection
+from ..types import Batch, Rejection
 from .abort import AbortWatch
 from .billing import Billing, NoRoom
 from .chunks import ChunkWriter
@@ -34,21 +34,14 @@ from .finalize import finalize_batch
 from .gate import EngineGate, Stopped, StopReason
 from .inputs import Unreadable, read_rejections
 from .lease import LeaseKeeper
-from .lines import engine_error_line, error_line, output_line
+from .lines import engine_error_line, error_line, output_line, unrun_line
 
 __all__ = ["BatchRun", "RunIncomplete"]
 
 log = logging.getLogger("openrelay.worker")
 
-# What a record stopped mid-flight is told (it had started, so "before this request started" would be untrue).
-_STOPPED_MESSAGES = {
-    "cancelled": ("batch_cancelled", "the batch was cancelled while this request waited for its engine, which was "
-                                     "not answering"),
-    "expired": ("batch_expired", "the batch's completion window ended while this request waited for its engine, "
-                                 "which was not answering"),
-    "aborted": (ABORTED_RECORD_CODE, "the batch was stopped by its failure_threshold while this request waited for "
-                                     "its engine, which was not answering"),
-}
+# How a record stopped mid-flight by the batch ends (it had started: "before this request started" would be untrue).
+_STOPPED_ENDS = {"cancelled": End.CANCELLED, "expired": End.EXPIRED, "aborted": End.ABORTED}
 
 
 class RunIncomplete(Exception):
@@ -149,31 +142,23 @@ class BatchRun:
         return self.gate.limit if self.spec.adaptive else self.spec.concurrency
 
     def _finalize(self) -> None:
-        """The terminal status, from the store's counts after the last write. The chunks the finalizing composes
-        are those read when the run began and those it committed since: no other run commits one while this one
-        holds the lease (``Results.commit_chunk`` is fenced by it)."""
+        """The terminal status, from the store's counts after the last write (``lifecycle.decide_end``). The chunks
+        the finalizing composes are those read when the run began and those it committed since: no other run
+        commits one while this one holds the lease (``Results.commit_chunk`` is fenced by it)."""
         assert self.writer is not None
         current = self.writer.ended  # the run's last chunk ended it; else (no chunk since it closed) it ends here
         if current is None:
-            current = self.rt.leases.end_run(self.batch.id, self.worker_id, may_complete=self.abort.error is None)
+            current = self.rt.leases.end_run(self.batch.id, self.worker_id, may_complete=not self.abort.aborted)
+        end = decide_end(current.status, past_window=self.batch.past_window(), aborted=self.abort.aborted)
         unrun = current.total - current.completed - current.failed
-        finalize = functools.partial(finalize_batch, self.rt, self.worker_id, self.batch,
-                                     chunks=self._chunks + self.writer.committed, ended=self._ended)
-        if current.status is BatchStatus.CANCELLING:
-            status = BatchStatus.CANCELLED
-        elif self.abort.error is not None:
-            finalize(BatchStatus.FAILED, [self.abort.error], unrun_code=ABORTED_RECORD_CODE)
-            return
-        elif unrun == 0:  # ``end_run`` moved it to finalizing
-            status = BatchStatus.COMPLETED
-        elif self.batch.past_window():
-            status = BatchStatus.EXPIRED
+        if end is not None:
+            errors = [self.abort.error] if end is End.ABORTED and self.abort.error else None
+            finalize_batch(self.rt, self.worker_id, self.batch, end, errors,
+                           chunks=self._chunks + self.writer.committed, ended=self._ended)
         elif self._draining():
             log.info("batch %s: %d records left for the next worker (this one is stopping)", self.batch.id, unrun)
-            return  # the worker hands the lease back
         else:
             raise RunIncomplete(f"the run ended with {unrun} records unrun")
-        finalize(status)
 
     def _stop_reason(self) -> StopReason | None:
         if self.keeper.lost or (self._writing is not None and self._writing.done()):
@@ -247,7 +232,7 @@ class BatchRun:
             self.abort.settled(failed=True)
             return True
         custom_id = record["custom_id"]
-        request_id = new_request_id()
+        request_id = new_record_request_id()
         try:
             async with self.billing.holding(line, record["body"]) as hold:
                 with tracing.engine_calls(request_id, self.batch.id, line):
@@ -262,9 +247,8 @@ class BatchRun:
                                                                   request_id))
                     self.abort.settled(failed=True)
         except Stopped as stop:
-            if stop.reason in _STOPPED_MESSAGES:  # lost or drained: the record runs again where the batch goes
-                code, message = _STOPPED_MESSAGES[stop.reason]
-                self.writer.add_error(line, error_line(custom_id, code=code, message=message))
+            if stop.reason in _STOPPED_ENDS:  # lost or drained: the record runs again where the batch goes
+                self.writer.add_error(line, unrun_line(custom_id, _STOPPED_ENDS[stop.reason], waiting=True))
             return False
         except (_RecordFailed, NoRoom) as exc:
             self.writer.add_error(line, error_line(custom_id, code=exc.code, message=str(exc)))

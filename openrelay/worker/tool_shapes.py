@@ -74,7 +74,7 @@ class ChatShape:
         found = []
         for call in calls:
             call = call if isinstance(call, dict) else {}
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = given if isinstance(given := call.get("function"), dict) else {}
             name = function.get("name")
             found.append(ToolCall(name=name if isinstance(name, str) else None, arguments=function.get("arguments"),
                                   call_id=call.get("id", "")))

@@ -69,19 +69,20 @@ async def run_tool_loop(body: dict[str, Any], config: dict[str, Any], call_model
         failure = failure_of_group(group, model_errors)
     except Exception as exc:
         failure = failure_of(exc, model_errors)
-    if ended and isinstance(ended[0], EngineReply) and (failure is None or isinstance(failure, ToolLoopFailed)):
-        return ended[0]  # the model answered: closing the sessions, failed or cut short, changes nothing
+    first = ended[0] if ended else None
+    if isinstance(first, EngineReply) and (failure is None or isinstance(failure, ToolLoopFailed)):
+        return first  # the model answered: closing the sessions, failed or cut short, changes nothing
     if failure is not None:
         raise failure from None
-    if ended:  # the loop failed, then closing the sessions ran out of time (``ToolBudget.closing``)
-        raise failure_of(ended[0], model_errors) from None
+    if isinstance(first, Exception):  # the loop failed, then closing the sessions ran out of time (ToolBudget.closing)
+        raise failure_of(first, model_errors) from None
     budget.next_timeout()  # here only when a setup step ran out of time: the record's, or else the step's own
     raise ToolLoopFailed("tool_server_unavailable", f"{budget.step} timed out")
 
 
 async def _connected_loop(stack: contextlib.AsyncExitStack, body: dict[str, Any], config: dict[str, Any],
                           call_model: ModelCall, catalog: Catalog, budget: ToolBudget, shape: ToolShape) -> EngineReply:
-    own_tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    own_tools = found if isinstance(found := body.get("tools"), list) else []
     own_names = {shape.defined_name(t) for t in own_tools}
     routes: dict[str, Client] = {}
     offered: list[dict[str, Any]] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -21,6 +22,7 @@ from ..catalog import ModelSpec
 from ..clock import now_ns
 from ..engines.base import Engine
 from ..engines.factory import build_replicas
+from ..lifecycle import End, decide_end
 from ..runtime import Runtime
 from ..store.engine_limits import Learnt
 from ..store.results import LeaseLost
@@ -113,7 +115,7 @@ class Worker:
             self._active[batch.id] = task
             if batch.status is BatchStatus.IN_PROGRESS:
                 self._runs[batch.id] = batch.model
-            task.add_done_callback(lambda _t, bid=batch.id: self._done(bid))
+            task.add_done_callback(functools.partial(self._done, batch.id))
             if batch.from_queue and not (self._may_run_more() and self._models_within_share()):
                 # No batch to end was waiting (the claim looks for those first), and this worker may start no
                 # other: one more claim would find nothing. A batch to end that appears meanwhile waits a tick.
@@ -123,7 +125,7 @@ class Worker:
         max_batches = self.rt.settings.worker.max_batches
         return max_batches is None or len(self._runs) < max_batches
 
-    def _done(self, batch_id: str) -> None:
+    def _done(self, batch_id: str, _task: asyncio.Task[None]) -> None:
         was_full = len(self._active) >= self.capacity
         self._active.pop(batch_id, None)
         if batch_id in self._runs or was_full:  # not already told by its end's commit (``_ended``)
@@ -183,18 +185,12 @@ class Worker:
         its window); otherwise run its records, on the model's gate (its limiters starting from the store's)."""
         spec = self.rt.catalog.models.get(batch.model)
         ended = self._ended_from_thread(batch.id)
-        if batch.status is BatchStatus.CANCELLING:
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.CANCELLED, ended=ended)
-        elif batch.status is BatchStatus.FINALIZING:
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.COMPLETED, ended=ended)
-        elif spec is None:
+        end = decide_end(batch.status, past_window=batch.past_window(), model_offered=spec is not None)
+        if end is not None:
             errors = [{"code": "model_unavailable", "message": f'model "{batch.model}" is no longer offered',
-                       "param": None, "line": None}]
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.FAILED, errors,
-                                    ended=ended)
-        elif batch.past_window():
-            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, BatchStatus.EXPIRED, ended=ended)
-        else:
+                       "param": None, "line": None}] if end is End.FAILED else None  # only a model gone, here
+            await asyncio.to_thread(finalize_batch, self.rt, self.worker_id, batch, end, errors, ended=ended)
+        elif spec is not None:
             learnt = None
             if spec.adaptive and batch.model not in self._gates:
                 learnt = await asyncio.to_thread(self.rt.limits.learnt, batch.model)

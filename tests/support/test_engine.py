@@ -12,7 +12,8 @@ and llama-server report them (chat and text completions: ``prompt_tokens_details
 ``{"name": NAME, "count": K}`` lets only K of the waiting ones through (the gate stays closed), and ``{}`` opens
 every gate requests have reached so far; releasing a name no request has reached yet opens it in advance.
 ``GET /control/held`` says how many requests wait at each gate; ``/control/reset`` lets every held request go
-and forgets the gates. A test that needs a batch "still running" holds its records instead of sleeping.
+(and every request waiting for a slot: a request that arrived before a reset is held nowhere) and forgets the gates.
+A test that needs a batch "still running" holds its records instead of sleeping.
 Chat calls tools on ``#call_tool=NAME:{json args}`` (JSON without spaces; one token per call of the turn) while
 the conversation has fewer than ``#tool_rounds=N`` (default 1) tool-calling turns, then answers with text quoting
 every tool result it was given. ``/v1/responses`` answers the same way with Response objects (``function_call``
@@ -22,6 +23,18 @@ A real engine's capacity can be simulated, all off by default (tests/support/eng
 ``--decode-seconds``), a knee (``--knee``) and 429s past ``--max-in-flight``. ``POST /control/config`` changes those
 settings for the running engine, ``/control/reset`` restores the command line's and empties the cache, and
 ``/control/stats`` keeps the totals: prompt and cached tokens, 429s, simulated seconds.
+A real engine's scheduler too (``Scheduler``): ``--slots N`` serves at most N requests at once and queues the rest
+(a ``#hold=NAME`` request that has a slot counts as running: held requests fill the slots, the next ones wait);
+``--scheduling priority`` orders the queue by the body's integer ``priority`` (lower first, default 0, arrival order
+within a value; vLLM's ``--scheduling-policy priority``), and ``--preempt`` lets a newcomer with a lower value take
+the slot of the running request with the highest one, which waits again and starts over (it still answers once).
+``GET /metrics`` tells running and waiting requests (every client's) in Prometheus text, named as
+``--metrics-dialect`` says: ``vllm`` (``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+``vllm:kv_cache_usage_perc`` = running / slots, labelled ``model_name``, the latest request's model), ``sglang``
+(``sglang:num_running_reqs``, ``sglang:num_queue_reqs``), ``llama.cpp`` (``llamacpp:requests_processing``,
+``llamacpp:requests_deferred``), or broken for tests: ``garbage`` (not Prometheus), ``missing`` (Prometheus without
+those names), ``500``. The config keys are the flags' names (``slots``, ``scheduling``, ``preempt``,
+``metrics_dialect``); ``/control/stats`` adds ``running``, ``waiting``, ``max_waiting`` and ``preemptions``.
 Kept deliberately lean (plain Starlette, orjson, no pydantic) because benchmarks use it as the
 "infinitely fast" engine, so its own overhead must stay negligible.
 """
@@ -31,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import subprocess
@@ -40,6 +54,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -48,7 +63,7 @@ from starlette.routing import Route
 
 from tests.support import http_client
 from tests.support.announce import listen, serve_announced, start_announced, stop
-from tests.support.engine_simulation import PrefixCache, Simulation
+from tests.support.engine_simulation import Job, PrefixCache, Scheduler, Simulation
 
 Body = dict[str, Any]
 Handler = Callable[[Body], Awaitable[Response]]
@@ -90,6 +105,7 @@ class State:
     def __init__(self, record: bool) -> None:
         self.record = record
         self.simulation_defaults = Simulation()  # the command line's; /control/reset comes back to them
+        self.resets = 0  # a request that arrived before the latest reset is held nowhere (see ARRIVED_AFTER)
         self.reset()
 
     def reset(self) -> None:
@@ -109,12 +125,15 @@ class State:
         self.cached_tokens = 0  # ... of them served from the prefix cache
         self.too_many_requests = 0  # requests answered 429 for arriving past simulation.max_in_flight
         self.service_seconds = 0.0  # simulated service time, summed (computed, not measured)
+        self.scheduler = Scheduler(self.simulation)
+        self.model = "test-engine"  # the latest request's model: /metrics labels its counts with it, as vLLM
 
     def configure(self, simulation: Simulation) -> None:
         """A new cache size or block size starts an empty cache; other settings keep what it holds."""
         old, self.simulation = self.simulation, simulation
         if (old.cache_blocks, old.block_tokens) != (simulation.cache_blocks, simulation.block_tokens):
             self.cache = PrefixCache(simulation.cache_blocks, simulation.block_tokens)
+        start_or_stop(self.scheduler.configure(simulation))
 
     def gate(self, name: str) -> Gate:
         if name not in self.gates:
@@ -122,7 +141,53 @@ class State:
         return self.gates[name]
 
 
+class EngineJob(Job):
+    """A request in the scheduler, with what starts it (``admitted``) and stops it (its ``task``, cancelled when it
+    is preempted)."""
+
+    def __init__(self, priority: int) -> None:
+        super().__init__(priority=priority)
+        self.admitted = asyncio.Event()
+        self.task: asyncio.Future[Response] | None = None
+        self.preempted = False
+
+
+def start_or_stop(jobs: list[Job]) -> None:
+    """Acts on the scheduler's decisions: a job given a slot starts, a job that lost its slot stops."""
+    for job in jobs:
+        assert isinstance(job, EngineJob)
+        if job.running:
+            job.admitted.set()
+        else:
+            job.admitted.clear()
+            job.preempted = True
+            if job.task is not None:
+                job.task.cancel()
+
+
+async def serve_in_slot(body: Body, handler: Handler) -> Response:
+    """Serves the request once the scheduler gives it a slot, and again from the start each time it is preempted."""
+    scheduler = STATE.scheduler  # the one it leaves, even if a reset makes a new one meanwhile
+    priority = body.get("priority", 0)
+    job = EngineJob(priority if isinstance(priority, int) and not isinstance(priority, bool) else 0)
+    start_or_stop(scheduler.arrive(job))
+    try:
+        if not scheduler.simulation.slots:  # no limit, nothing to preempt: served at once, only counted
+            return await handler(body)
+        while True:
+            await job.admitted.wait()
+            job.preempted, job.task = False, asyncio.ensure_future(handler(body))
+            try:
+                return await job.task
+            except asyncio.CancelledError:
+                if not job.preempted:
+                    raise
+    finally:
+        start_or_stop(scheduler.leave(job))
+
+
 STATE = State(record=True)
+ARRIVED_AFTER: contextvars.ContextVar[int] = contextvars.ContextVar("arrived_after")  # this many resets
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -161,7 +226,7 @@ async def apply_directives(text: str) -> tuple[Response | None, int | None]:
     d = parse_directives(text)
     if not d:
         return None, None
-    if "hold" in d:
+    if "hold" in d and ARRIVED_AFTER.get(STATE.resets) == STATE.resets:
         await STATE.gate(d["hold"]).pass_through()
     if "sleep" in d:
         await asyncio.sleep(float(d["sleep"]))
@@ -205,8 +270,9 @@ async def serve_prompt(texts: list[str]) -> int:
         prompt, cached, blocks = sum(map(word_count, texts)), 0, []
     STATE.prompt_tokens += prompt
     STATE.cached_tokens += cached
-    prefill = simulation.prefill_seconds(prompt - cached, STATE.in_flight)
-    decode = simulation.decode_seconds * simulation.slowdown(STATE.in_flight)
+    running = len(STATE.scheduler.running)
+    prefill = simulation.prefill_seconds(prompt - cached, running)
+    decode = simulation.decode_seconds * simulation.slowdown(running)
     STATE.service_seconds += prefill + decode
     if prefill:
         await asyncio.sleep(prefill)
@@ -369,6 +435,7 @@ def v1_route(path: str, handler: Handler) -> Route:
 
     async def endpoint(request: Request) -> Response:
         STATE.requests += 1
+        ARRIVED_AFTER.set(STATE.resets)
         if STATE.first_at is None:
             STATE.first_at = time.time()
         if (limit := STATE.simulation.max_in_flight) and STATE.in_flight >= limit:
@@ -393,7 +460,9 @@ def v1_route(path: str, handler: Handler) -> Route:
                 return error_response(STATE.mode_status, f"test engine mode status {STATE.mode_status}")
             if not isinstance(body, dict):
                 return error_response(400, "request body must be a JSON object")
-            return await handler(body)
+            if isinstance(body.get("model"), str):
+                STATE.model = body["model"]
+            return await serve_in_slot(body, handler)
         finally:
             STATE.in_flight -= 1
             STATE.last_at = time.time()
@@ -410,7 +479,39 @@ async def control_stats(request: Request) -> Response:
     return json_response({"requests": s.requests, "in_flight": s.in_flight, "max_in_flight": s.max_in_flight,
                           "first_at": s.first_at, "last_at": s.last_at, "prompt_tokens": s.prompt_tokens,
                           "cached_tokens": s.cached_tokens, "too_many_requests": s.too_many_requests,
-                          "service_seconds": s.service_seconds})
+                          "service_seconds": s.service_seconds, "running": len(s.scheduler.running),
+                          "waiting": len(s.scheduler.waiting), "max_waiting": s.scheduler.max_waiting,
+                          "preemptions": s.scheduler.preemptions})
+
+
+def prometheus(names: tuple[str, ...], labels: str, values: tuple[float, ...]) -> str:
+    """Gauges in Prometheus text format, one per name, each with the same labels (``{key="value"}`` or "")."""
+    lines = []
+    for name, value in zip(names, values, strict=True):
+        lines += [f"# HELP {name} {name}", f"# TYPE {name} gauge", f"{name}{labels} {float(value)}"]
+    return "\n".join(lines) + "\n"
+
+
+async def metrics(request: Request) -> Response:
+    """The scheduler's running and waiting requests, named as the configured engine names them."""
+    scheduler, dialect = STATE.scheduler, STATE.simulation.metrics_dialect
+    running, waiting = len(scheduler.running), len(scheduler.waiting)
+    model = '{model_name="' + STATE.model.replace("\\", "\\\\").replace('"', '\\"') + '"}'
+    if dialect == "vllm":
+        usage = running / STATE.simulation.slots if STATE.simulation.slots else 0.0
+        text = prometheus(("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+                          model, (running, waiting, min(usage, 1.0)))
+    elif dialect == "sglang":
+        text = prometheus(("sglang:num_running_reqs", "sglang:num_queue_reqs"), model, (running, waiting))
+    elif dialect == "llama.cpp":
+        text = prometheus(("llamacpp:requests_processing", "llamacpp:requests_deferred"), "", (running, waiting))
+    elif dialect == "missing":
+        text = prometheus(("process_open_fds", "process_resident_memory_bytes"), "", (12, 1 << 26))
+    elif dialect == "garbage":
+        text = f"<html><body>Welcome! {{not: prometheus}} running={running} waiting=\n"
+    else:
+        return error_response(500, "test engine told to fail /metrics")
+    return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 async def control_config(request: Request) -> Response:
@@ -425,10 +526,12 @@ async def control_config(request: Request) -> Response:
 
 
 async def control_reset(request: Request) -> Response:
-    gates = list(STATE.gates.values())
-    STATE.reset()  # new gates for what comes next; the old ones opened so that nothing held hangs
+    gates, scheduler = list(STATE.gates.values()), STATE.scheduler
+    STATE.reset()  # new gates and slots for what comes next; the old ones opened so that nothing held hangs
+    STATE.resets += 1
     for gate in gates:
         await gate.release(None)
+    start_or_stop(scheduler.configure(dataclasses.replace(scheduler.simulation, slots=0)))
     return json_response({"ok": True})
 
 
@@ -473,6 +576,7 @@ app = Starlette(routes=[
     v1_route("/v1/responses", responses),
     Route("/v1/models", models),
     Route("/health", health),
+    Route("/metrics", metrics),
     Route("/control/requests", control_requests),
     Route("/control/stats", control_stats),
     Route("/control/reset", control_reset, methods=["POST"]),
@@ -537,6 +641,20 @@ class EngineControl:
         answer = http_client.post(self.root + "/control/config", json=changes, timeout=10)
         answer.raise_for_status()
         return answer.json()
+
+    def metrics(self) -> httpx.Response:
+        """The engine's ``GET /metrics`` answer (Prometheus text in the configured ``metrics_dialect``)."""
+        return http_client.get(self.root + "/metrics", timeout=10)
+
+    def wait_stats(self, timeout: float = 60.0, **expected: int) -> dict[str, Any]:
+        """Block until ``stats()`` has the ``expected`` values (``running=2, waiting=1``); returns the stats. The
+        timeout is a bound for a broken run only."""
+        deadline = time.monotonic() + timeout
+        while any((stats := self.stats())[key] != value for key, value in expected.items()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine stats {stats} after {timeout}s, expected {expected}")
+            time.sleep(0.02)
+        return stats
 
     # -- holding requests: a record whose text carries ``#hold=NAME`` waits until the test releases NAME ----------
 

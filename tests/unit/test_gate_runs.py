@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from openrelay.engines.base import EngineReply
+from openrelay.engines.base import EngineReply, EngineTimedOut
 from tests.support.batches import chat, create, get, results
 from tests.support.mock_engine import EngineRequest, echo, no_answer, reply, text_of
 from tests.support.relay import ENGINE_URL, Relay
@@ -62,7 +62,7 @@ def test_a_timed_out_call_is_sent_again(relay: Relay) -> None:
     def timing_out(request: EngineRequest) -> EngineReply:
         seen.append(text_of(request))
         if seen.count(text_of(request)) == 1:
-            no_answer("the engine timed out after 30 s")
+            raise EngineTimedOut("engine timed out")
         return echo(request)
     relay.handler = timing_out
     done, out, err = run(relay, [chat("slow", "take your time")])

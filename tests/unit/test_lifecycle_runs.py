@@ -5,6 +5,7 @@ line per record at every end. The engine is replaced at its boundary (tests/supp
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ def test_the_engine_gets_the_records_body_and_users_see_the_catalogs_model_name(
                             "temperature": 0.5, "max_tokens": 7}
     _done, out, _err = ended(relay, batch)
     assert out["a"]["response"]["body"]["model"] == "test/echo"
-    assert out["a"]["response"]["request_id"].startswith("req_")
+    assert re.fullmatch(r"[0-9a-f]{32}", out["a"]["response"]["request_id"])
 
 
 def test_an_expedited_batch_costs_its_tiers_factor(relay: Relay) -> None:

@@ -16,13 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from openrelay.worker.limiter import (
-    OVERLOAD_BACKOFF,
-    ConcurrencyLimiter,
-    Outcome,
-    Token,
-    outcome_for_status,
-)
+from openrelay.worker.limiter import OVERLOAD_BACKOFF, ConcurrencyLimiter, Token
+from openrelay.worker.outcome import Outcome
 
 REJECT_LATENCY = 0.01  # a 429 comes back at once
 Work = Callable[[], float]
@@ -328,7 +323,8 @@ def test_429_backs_off_once_per_round_and_never_below_the_minimum() -> None:
     assert seen[-1] == 2 and min(seen) == 2
 
 
-def test_errors_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
+def test_failures_refusals_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
+    telling_nothing = [o for o in Outcome if o is not Outcome.SUCCESS and not o.backs_off]
     now = [0.0]
     limiter = ConcurrencyLimiter(1, 64, initial=8, clock=lambda: now[0])
 
@@ -337,7 +333,7 @@ def test_errors_and_cancelled_calls_neither_grow_nor_shrink_the_limit() -> None:
             tokens = [await limiter.acquire() for _ in range(8)]
             now[0] += 1
             for token in tokens:
-                limiter.release(token, Outcome.ERROR if i % 2 else Outcome.IGNORE)
+                limiter.release(token, telling_nothing[i % len(telling_nothing)])
 
     asyncio.run(calls())
     assert limiter.limit == 8 and limiter.in_flight == 0
@@ -357,7 +353,8 @@ def test_bounds_hold_under_any_answers() -> None:
             if held:
                 now[0] += rng.expovariate(10)
                 token = held.pop(rng.randrange(len(held)))
-                limiter.release(token, rng.choices(list(Outcome), weights=[80, 5, 10, 5])[0])
+                outcomes = [Outcome.SUCCESS, Outcome.OVERLOAD, Outcome.FAILED, Outcome.IGNORE]
+                limiter.release(token, rng.choices(outcomes, weights=[80, 5, 10, 5])[0])
             assert 3 <= limiter.limit <= 20
 
     asyncio.run(calls())
@@ -372,12 +369,6 @@ def test_on_change_reports_each_new_limit() -> None:
 
     asyncio.run(one_overload())
     assert seen == [40] == [limiter.limit]
-
-
-def test_outcome_of_each_status() -> None:
-    assert [outcome_for_status(s) for s in (200, 201, 400, 404, 408, 429, 500, 502, 503, 504)] == [
-        Outcome.SUCCESS, Outcome.SUCCESS, Outcome.ERROR, Outcome.ERROR, Outcome.OVERLOAD, Outcome.OVERLOAD,
-        Outcome.ERROR, Outcome.ERROR, Outcome.OVERLOAD, Outcome.OVERLOAD]
 
 
 def test_a_new_limiter_starts_at_the_bottom() -> None:
@@ -433,9 +424,10 @@ def test_a_newcomer_does_not_pass_a_waiter() -> None:
         order: list[str] = []
 
         async def take(name: str) -> None:
-            async with limiter.slot():
-                order.append(name)
-                await asyncio.sleep(0)
+            token = await limiter.acquire()
+            order.append(name)
+            await asyncio.sleep(0)
+            limiter.release(token, Outcome.SUCCESS)
 
         waiting = asyncio.create_task(take("waiter"))
         await asyncio.sleep(0)
@@ -477,36 +469,10 @@ def test_a_waiter_cancelled_as_its_slot_arrives_gives_it_back() -> None:
         with pytest.raises(asyncio.CancelledError):
             await waiter
         assert limiter.in_flight == 0
-        async with limiter.slot():
-            assert limiter.in_flight == 1
+        await limiter.acquire()
+        assert limiter.in_flight == 1
 
     asyncio.run(cancel_granted())
-
-
-def test_slot_outcomes_without_a_report() -> None:
-    now = [0.0]
-
-    async def blocks() -> None:
-        limiter = ConcurrencyLimiter(1, 64, initial=10, clock=lambda: now[0])
-        with pytest.raises(ValueError):
-            async with limiter.slot():
-                raise ValueError("send failed")  # an error: the slot is freed, the limit stays
-        assert (limiter.in_flight, limiter.limit) == (0, 10)
-        async with limiter.slot() as slot:
-            slot.report(Outcome.OVERLOAD)
-        assert (limiter.in_flight, limiter.limit) == (0, 8)
-        task = asyncio.create_task(hold(limiter))
-        await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert (limiter.in_flight, limiter.limit) == (0, 8)
-
-    async def hold(limiter: ConcurrencyLimiter) -> None:
-        async with limiter.slot():
-            await asyncio.Event().wait()
-
-    asyncio.run(blocks())
 
 
 def test_many_tasks_never_exceed_the_limit() -> None:
@@ -530,11 +496,11 @@ def test_many_tasks_never_exceed_the_limit() -> None:
 
     async def call() -> None:
         for _ in range(50):
-            async with limiter.slot() as slot:
-                for _ in range(rng.randrange(1, 4)):
-                    now[0] += 0.01
-                    await asyncio.sleep(0)
-                slot.report(rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.ERROR]))
+            token = await limiter.acquire()
+            for _ in range(rng.randrange(1, 4)):
+                now[0] += 0.01
+                await asyncio.sleep(0)
+            limiter.release(token, rng.choice([Outcome.SUCCESS] * 8 + [Outcome.OVERLOAD, Outcome.FAILED]))
 
     async def contend() -> None:
         await asyncio.gather(*(call() for _ in range(30)))

@@ -111,6 +111,7 @@ def test_a_completion_becomes_a_message():
     ("stop", {"stop_reason": 2}, "end_turn", None),  # ... or the token id of an end of sequence
     ("content_filter", {}, "refusal", None),
     (None, {}, "end_turn", None),
+    (["stop"], {}, "end_turn", None),  # an engine's odd finish_reason: read as none, not a TypeError (unhashable)
 ])
 def test_stop_reasons(finish, choice, reason, sequence):
     message = message_of(completion(finish=finish, **choice), params(stop_sequences=["END"]))

@@ -13,10 +13,10 @@ from openrelay import ids
 from openrelay.blobs.keys import check_key, file_key, refused_create_key
 from openrelay.config import Settings, default_database_url
 from openrelay.errors import InvalidRequest
+from openrelay.lifecycle import CANCEL
 from openrelay.service.bodies import reject_unrecognized, unrecognized_argument
 from openrelay.types import (
     CANCELLABLE,
-    CANCELLABLE_VALUES,
     SHOWN_QUEUED,
     SHOWN_RUNNING,
     SHOWN_STATUSES,
@@ -35,7 +35,7 @@ CANCELS = ("finalizing", "in_progress", "validating")  # a cancel moves these to
 def test_the_statuses_and_their_groups_are_the_documented_ones() -> None:
     assert tuple(s.value for s in BatchStatus) == STATUSES
     assert sorted(s.value for s in TERMINAL) == list(ENDED)
-    assert sorted(s.value for s in CANCELLABLE) == list(CANCELLABLE_VALUES) == list(CANCELS)
+    assert sorted(s.value for s in CANCELLABLE) == list(CANCEL.source_values) == list(CANCELS)
 
 
 def test_in_progress_is_shown_queued_until_its_first_records_start() -> None:

@@ -86,6 +86,8 @@ def _events(db: Database, batch_id: str) -> list[tuple[str, str]]:
 
 def _finalize(db: Database, batch_id: str, org_id: str, worker: str = "w1",
               status: BatchStatus = BatchStatus.COMPLETED) -> None:
+    if status is BatchStatus.CANCELLED:  # only a cancelling batch ends cancelled (openrelay/lifecycle.py)
+        Batches(db).request_cancel(org_id, batch_id)
     Results(db).finalize(batch_id, worker, status=status, output=None, error=None, org_id=org_id, unrun=0)
 
 
