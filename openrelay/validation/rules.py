@@ -30,8 +30,8 @@ def check_record(record: Any, endpoint: str, catalog: Catalog) -> Verdict:
         return _fail("", "invalid_json", str(record) if isinstance(record, ParseFailure)
                      else "record is not a JSON object")
     body = record.body
-    if (record.openrelay is not UNSET or (type(body) is Body and body.openrelay is not UNSET)) and any(
-            isinstance(ext, dict) and "workflow" in ext for ext in (record.openrelay, getattr(body, "openrelay", 0))):
+    if ((ext := getattr(body, "openrelay", UNSET)) is not UNSET or record.openrelay is not UNSET) and any(
+            isinstance(e, dict) and "workflow" in e for e in (record.openrelay, ext)):
         return _fail("", WORKFLOW, "openrelay.workflow is not supported in batch; nothing was created")
     custom_id = record.custom_id
     if not isinstance(custom_id, str) or not custom_id:
