@@ -129,6 +129,11 @@ class BatchView:
         return self._number("eta_seconds")
 
     @property
+    def yielding(self) -> bool:
+        """The API's ``yielding``: its worker leaves the engine to others' requests now."""
+        return bool(self._number("yielding"))
+
+    @property
     def queue_position(self) -> int | None:
         return self._number("queue_position")
 
