@@ -87,9 +87,9 @@ def _mix(values: np.ndarray) -> np.ndarray:
 
 
 def prompt_reader(fields: tuple[str, ...]) -> Callable[[Any], Any] | None:
-    """How the create's fast path takes a record's prompt material from its decoded body
-    (``validation.records.decode_ordinary``): the one field's ``msgspec.Raw``, or the present fields' bytes joined;
-    ``msgspec.UNSET`` for none. None for an endpoint without prompt fields."""
+    """How the create takes a record's prompt material from its decoded body (``validation.records.Body``): the
+    one field's ``msgspec.Raw``, or the present fields' bytes joined; ``msgspec.UNSET`` for none. None for an
+    endpoint without prompt fields."""
     if not fields:
         return None
     if len(fields) == 1:
