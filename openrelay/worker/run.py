@@ -110,11 +110,9 @@ class BatchRun:
         self._publishing = asyncio.create_task(self._publish_limit(limit))
 
     async def _publish_limit(self, limit: int | None) -> None:
-        """Keep the batch's row showing the concurrency it runs at (the progress object's
-        ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
-        open replicas allow now, shared by its running batches in this process; and whether it leaves the engine
-        to others' requests now (``yielding``). ``limit``: what the row shows already (``mark_running`` wrote
-        it). Written when it changes, at most once a second; a failed write is tried at the next change."""
+        """Keep the row's ``concurrency_limit`` and ``yielding`` as the progress object shows them
+        (docs/progress-and-dry-run.md), from ``limit``, what ``mark_running`` wrote: at most once a second, when
+        they change; a failed write is tried at the next change."""
         shown: tuple[int | None, bool | None] = (limit, None)  # a resumed run may find ``yielding`` left set
         while True:
             await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
