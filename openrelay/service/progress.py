@@ -1,16 +1,6 @@
-"""Live progress numbers on the batch object: its ``openrelay`` object (docs/api-contract.md §6).
-
-``queue_position`` while the batch is queued (1: the next batch of its model a free slot takes, in the claims'
-own order, see ``store.queue``); ``records_per_second`` and ``tokens_per_second`` over the last minute while it
-runs (records settled, done or failed, and their tokens, input and output, as they became durable), divided by the
-last minute or by the time since it started running when that is shorter; ``eta_seconds`` while it runs: the
-records left at that rate; ``concurrency_limit`` while it runs: the adaptive limit its worker last wrote
-(``Batches.set_concurrency_limit``). Each is null when unknown: queued, validating, not yet any record durable,
-finished.
-
-Polls stay cheap: a running batch's rates come from its own row (no query); only a queued batch costs a read, one
-per model on a list page.
-"""
+"""Live progress numbers on the batch object: its ``openrelay`` object (docs/api-contract.md §6; what each number
+means, and why a poll stays cheap: docs/progress-and-dry-run.md). A running batch's rates come from its own row;
+only a queued batch's position costs a read, one per model on a list page."""
 
 from __future__ import annotations
 
