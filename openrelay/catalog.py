@@ -60,7 +60,7 @@ class ModelSpec:
     output_usd_per_mtok: Decimal
     engine: dict[str, Any]
     # The most tokens a record's answer may have when the record sets no max_tokens (a dry run's estimate);
-    # None: the llama-cpp engine's own max_tokens, else engines/worst_case.py's DEFAULT_MAX_TOKENS.
+    # None: a llama-cpp engine's own max_tokens, else engines/worst_case.py's DEFAULT_MAX_TOKENS.
     default_max_tokens: int | None = None
     adaptive: bool = False
     min_concurrency: int = DEFAULT_MIN_CONCURRENCY

@@ -220,6 +220,8 @@ class Settings:
         "AWS_SECRET_ACCESS_KEY) or a directory", unset="the data dir's blobs/"))  # runtime.open_blob_store
     metrics_token: str | None = setting(None, "OPENRELAY_METRICS_TOKEN", repr=False, flag=Flag(  # never logged
         "GET /metrics then needs 'Authorization: Bearer TOKEN'", unset="open"))
+    # The llama-server program that runs each llama-cpp model (engines/llama_child.py); scripts/setup.sh builds it.
+    llama_server: str = setting("~/.cache/openrelay/llama-server-0.3.36/llama-server", "OPENRELAY_LLAMA_SERVER")
     http: HttpLimits = field(default_factory=HttpLimits)
     batches: BatchLimits = field(default_factory=BatchLimits)
     idempotency: IdempotencySettings = field(default_factory=IdempotencySettings)

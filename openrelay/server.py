@@ -1,5 +1,6 @@
 """``orl serve`` and ``orl worker``: the processes. Serve hosts the API, the scheduler and a worker in one
-event loop; they still talk only through the store, exactly as separate processes would."""
+event loop; they still talk only through the store, exactly as separate processes would. A process that runs a
+worker also runs a llama-server child for each llama-cpp model (engines/llama_child.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from . import tracing
 from .api.app import create_app
 from .api.http_protocol import limited_http_protocol
 from .config import Settings
+from .engines.llama_child import children_of, supervising
 from .http.writes import OrgWrites
 from .runtime import Runtime, open_runtime
 from .web.routes import UPLOAD_PATHS, mount_dashboard
@@ -62,21 +64,22 @@ def serve(settings: Settings, *, host: str, port: int, with_worker: bool = True)
     rt = open_runtime(settings)
     bootstrap(rt)
     worker = Worker(rt) if with_worker else None
+    children = children_of(rt.catalog, settings.llama_server, settings.data_dir) if worker else []
     app = assemble_app(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         _freeze_startup_objects()
-        task = asyncio.create_task(_worker_and_deliveries(rt, worker)) if worker else None
-        try:
-            yield
-        finally:
-            if worker and task:
-                await worker.stop()
-                task.cancel()
-            rt.close()
-            print("openrelay: stopped" + (" (the worker handed its batches back)" if worker else ""),
-                  file=sys.stderr)
+        async with supervising(children):  # stopped after the worker, whose last calls they answer
+            task = asyncio.create_task(_worker_and_deliveries(rt, worker)) if worker else None
+            try:
+                yield
+            finally:
+                if worker and task:
+                    await worker.stop()
+                    task.cancel()
+        rt.close()
+        print("openrelay: stopped" + (" (the worker handed its batches back)" if worker else ""), file=sys.stderr)
 
     app.router.lifespan_context = lifespan
     print(f"openrelay: serving http://{host}:{port}/v1 (data in {settings.data_dir})", file=sys.stderr)
@@ -91,6 +94,7 @@ def run_worker(settings: Settings) -> None:
     _start_tracing()
     rt = open_runtime(settings)
     worker = Worker(rt)
+    children = children_of(rt.catalog, settings.llama_server, settings.data_dir)
 
     async def main() -> None:
         _freeze_startup_objects()
@@ -100,9 +104,12 @@ def run_worker(settings: Settings) -> None:
             # in flight, make it durable, hand the batches back.
             loop.add_signal_handler(signum, worker.request_stop)
         try:
-            await _worker_and_deliveries(rt, worker)
+            async with supervising(children):
+                try:
+                    await _worker_and_deliveries(rt, worker)
+                finally:
+                    await worker.stop()
         finally:
-            await worker.stop()
             rt.close()
 
     asyncio.run(main())

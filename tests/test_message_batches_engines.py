@@ -50,7 +50,9 @@ def test_the_builtin_model_answers_message_batches(make_server):
     for result in results(client, made.id).values():
         message = result.message
         assert message.model == "openrelay/smollm2-135m" and message.content[0].text.strip()
-        assert message.stop_reason in ("end_turn", "max_tokens") and message.usage.input_tokens > 20
+        assert message.stop_reason in ("end_turn", "max_tokens")
+        # llama-server's prefix cache serves the system prompt the records share: cached input is input too
+        assert message.usage.input_tokens + message.usage.cache_read_input_tokens > 20
         assert 0 < message.usage.output_tokens <= 12
     usage = server.client().batches.retrieve(made.id).usage
     assert usage.input_tokens > 80 and usage.output_tokens > 4

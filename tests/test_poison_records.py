@@ -141,16 +141,20 @@ def test_a_malformed_chat_record_on_the_builtin_model_is_its_own_400_line(make_s
          "body": {"model": model, "messages": [{"rolez": "user", "contentz": "Say hi."}]}},
         {"custom_id": "bad-max", "method": "POST", "url": "/v1/chat/completions",
          "body": {"model": model, "max_tokens": "many", "messages": [{"role": "user", "content": "Say hi."}]}},
+        {"custom_id": "hot", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": model, "temperature": "hot", "messages": [{"role": "user", "content": "Say hi."}]}},
     ]
     first = server.wait(create(server, records)["id"], timeout=240)
     assert first["status"] == "completed"
-    assert first["request_counts"] == {"total": 3, "completed": 1, "failed": 2}
+    assert first["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
     out, err = results(server, first)
     assert out["good"]["response"]["body"]["model"] == model
-    for custom_id in ("typo", "bad-max"):
+    for custom_id in ("typo", "bad-max", "hot"):
         assert err[custom_id]["error"]["code"] == "invalid_request_error"
         assert err[custom_id]["error"]["status_code"] == 400
     assert "role" in err["typo"]["error"]["message"]
+    # The field named, not an exception's text ("TypeError: '<' not supported between instances of 'str' ...").
+    assert err["hot"]["error"]["message"] == "temperature: must be a number (got 'hot')"
     # The model's only slot is free again: the next batch runs.
     second = server.wait(create(server, records[:1])["id"], timeout=240)
     assert second["status"] == "completed" and second["request_counts"]["completed"] == 1

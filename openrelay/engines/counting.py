@@ -1,14 +1,15 @@
 """Counting a record's input tokens before it runs, for a dry run's estimate (``service.estimate``): ``exact`` where
-the engine runs in this process (its chat template and vocabulary, tokenizer or rule reproduced), ``approximate``
+the engine is this process's own (its tokenizer or rule reproduced, or its llama-server asked), ``approximate``
 by one rule on the texts' UTF-8 bytes elsewhere. Each engine's rule: docs/progress-and-dry-run.md, "The estimate"
 (how input tokens are counted)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import httpx
 
 from ..catalog import ModelSpec
 from .packaged import packaged_file
@@ -117,68 +118,29 @@ class _Tokenizer:
         return Count(sum(len(e.ids) for e in self._tokenizer.encode_batch(texts)), exact=True)
 
 
-class _PromptCaught(Exception):
-    def __init__(self, tokens: list[int]) -> None:
-        self.tokens = tokens
+class _LlamaServer:
+    """A ``llama-cpp`` model's chat records counted by its own llama-server (``llama_child``), which renders the
+    messages with the model's chat template and tokenizes them with its vocabulary, as it does when it runs them.
+    Where no server of the model runs in this process (an API-only `orl serve`), or it does not answer, the
+    approximate rule counts."""
 
-
-class _PromptOnly:
-    """What llama.cpp's chat handler is given instead of the model: it tokenizes with the real vocabulary, and
-    stops the handler where it would start generating, with the prompt's tokens."""
-
-    verbose = False
-
-    def __init__(self, llama: Any) -> None:
-        self._llama = llama
-
-    def tokenize(self, *args: Any, **kwargs: Any) -> list[int]:
-        return self._llama.tokenize(*args, **kwargs)
-
-    def create_completion(self, prompt: Any, **_kwargs: Any) -> Any:
-        raise _PromptCaught(list(prompt))
-
-
-class _LlamaChat:
-    """A GGUF model's chat template and vocabulary, as the ``llama-cpp`` engine's ``create_chat_completion``
-    renders and tokenizes a record's messages."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self._path = str(packaged_file(str(config["gguf"])))
-        self._llama: Any = None
-        self._lock = threading.Lock()
-
-    def _loaded(self) -> Any:
-        with self._lock:
-            if self._llama is None:
-                import llama_cpp
-
-                try:
-                    self._llama = llama_cpp.Llama(model_path=self._path, vocab_only=True, n_ctx=64, verbose=False)
-                except Exception:  # noqa: BLE001 - a llama.cpp that needs the weights to make a context
-                    self._llama = llama_cpp.Llama(model_path=self._path, n_ctx=64, n_threads=1, verbose=False)
-            return self._llama
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._http = httpx.Client(timeout=10)
 
     def count(self, endpoint: str, body: dict[str, Any]) -> Count:
-        messages = body.get("messages")
-        if endpoint != "/v1/chat/completions" or not isinstance(messages, list) or not messages:
-            return Count(approximate_tokens(endpoint, body), exact=False)
-        try:
-            from llama_cpp import llama_chat_format
+        from .llama_chat import request_body
+        from .llama_child import running
 
-            llama = self._loaded()
-        except Exception:  # noqa: BLE001 - llama.cpp missing or the model unloadable here: count by the rule
+        child = running(self._model)
+        sent = request_body(endpoint, body, 1) if endpoint == "/v1/chat/completions" else None
+        if child is None or not isinstance(sent, dict):
             return Count(approximate_tokens(endpoint, body), exact=False)
-        # Given a stand-in for the model (``_PromptOnly``), not the ``Llama`` it is typed to take.
-        handler: Callable[..., object] = (llama._chat_handlers.get(llama.chat_format)
-                                          or llama_chat_format.get_chat_completion_handler(llama.chat_format))
         try:
-            with self._lock:  # one llama.cpp vocabulary, used by one thread at a time
-                handler(llama=_PromptOnly(llama), messages=messages)
-        except _PromptCaught as caught:
-            return Count(len(caught.tokens), exact=True)
-        except Exception:  # noqa: BLE001 - a template that cannot render these messages: the engine refuses them
+            answer = self._http.post(f"{child.url}/v1/chat/completions/input_tokens", json=sent)
+            return Count(int(answer.raise_for_status().json()["input_tokens"]), exact=True)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):  # down, restarting, or refusing the messages
             return Count(approximate_tokens(endpoint, body), exact=False)
-        return Count(approximate_tokens(endpoint, body), exact=False)
 
 
 _counters: dict[str, InputCounter] = {}
@@ -192,7 +154,7 @@ def counter_for(spec: ModelSpec) -> InputCounter:
         if found is None:
             kind = spec.engine.get("kind")
             if kind == "llama-cpp":
-                found = _LlamaChat(spec.engine)
+                found = _LlamaServer(spec.name)
             elif kind == "onnx-embeddings":
                 found = _Tokenizer(spec.engine)
             elif kind == "rapidocr":

@@ -67,7 +67,7 @@ def _positive_ints(config: dict[str, Any], *names: str) -> None:
 
 def _check_llama(config: dict[str, Any]) -> None:
     _model_file(config, "gguf")
-    _positive_ints(config, "n_ctx", "max_tokens")
+    _positive_ints(config, "n_ctx", "max_tokens", "threads")
 
 
 def _check_onnx(config: dict[str, Any]) -> None:
@@ -112,8 +112,8 @@ def check_engines(catalog: Catalog) -> None:
 
 def build_replicas(spec: ModelSpec) -> list[tuple[str, Engine]]:
     """(name, engine) of each replica of the model's engine: one per ``base_urls`` entry, named by its URL, or
-    the one in-process engine, named ``local``. A model offered on ``/v1/messages`` whose engine does not speak it
-    has it translated to chat completions (``messages_chat``)."""
+    the one engine of this process (in process, or its llama-server), named ``local``. A model offered on
+    ``/v1/messages`` whose engine does not speak it has it translated to chat completions (``messages_chat``)."""
     if spec.engine.get("kind") != "openai":
         replicas: list[tuple[str, Engine]] = [("local", build_engine(spec))]
     else:
@@ -136,9 +136,9 @@ def build_engine(spec: ModelSpec) -> Engine:
 
         return OpenAIEngine(spec.engine, max_connections=spec.concurrency * spec.slots)
     if kind == "llama-cpp":
-        from .llama_local import LlamaCppEngine
+        from .llama_chat import LlamaServerEngine
 
-        return LlamaCppEngine(spec.engine, contexts=spec.concurrency, model_name=spec.name)
+        return LlamaServerEngine(spec.engine, model_name=spec.name)
     if kind == "onnx-embeddings":
         from .onnx_embeddings import OnnxEmbeddingsEngine
 

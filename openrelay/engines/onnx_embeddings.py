@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import error_envelope
 from .base import EngineReply
 from .packaged import packaged_file
+from .params import INT, STR, wrong_type
 from .threads import EngineThreads
 
 __all__ = ["OnnxEmbeddingsEngine"]
@@ -86,6 +87,9 @@ class OnnxEmbeddingsEngine:
         texts = _texts(body.get("input"))
         if isinstance(texts, str):
             return EngineReply(400, error_envelope(texts))
+        problem = wrong_type(body, {"dimensions": INT, "encoding_format": STR})
+        if problem is not None:
+            return EngineReply(400, error_envelope(problem))
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             return EngineReply(400, error_envelope(

@@ -18,6 +18,7 @@ from typing import Any
 from ..clock import now
 from ..errors import error_envelope
 from .base import EngineReply
+from .params import INT, wrong_type
 from .threads import EngineThreads
 
 __all__ = ["IMAGE_TOKENS", "MAX_IMAGE_PIXELS", "RapidOcrEngine", "text_tokens"]
@@ -64,6 +65,9 @@ class RapidOcrEngine:
     async def call(self, endpoint: str, body: dict[str, Any]) -> EngineReply:
         if endpoint != "/v1/chat/completions":
             return EngineReply(400, error_envelope(f"{self.model_name} serves only /v1/chat/completions"))
+        problem = wrong_type(body, {"max_completion_tokens": INT, "max_tokens": INT})
+        if problem is not None:
+            return EngineReply(400, error_envelope(problem))
         try:
             images, prompt_text = _request(body)
         except _BadRequest as exc:

@@ -1,4 +1,4 @@
-"""The Responses API (``/v1/responses``) for an in-process chat model: a request read as a chat, the chat's
+"""The Responses API (``/v1/responses``) for the built-in chat model: a request read as a chat, the chat's
 completion written back as a Response object.
 
 What a local chat model can honour is honoured: ``input`` as a string or a list of messages (roles user, system,
@@ -153,6 +153,7 @@ def response_object(completion: dict[str, Any], request: ChatRequest, *, model_n
     cut = choice.get("finish_reason") == "length"
     usage = completion.get("usage") or {}
     input_tokens, output_tokens = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
     return {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",
@@ -182,7 +183,7 @@ def response_object(completion: dict[str, Any], request: ChatRequest, *, model_n
         "top_p": request.top_p,
         "truncation": "disabled",
         "usage": {"input_tokens": input_tokens,
-                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                  "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
                   "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": input_tokens + output_tokens},
         "user": None,

@@ -1,10 +1,6 @@
-"""The threads an in-process engine runs its model on: a pool of its own, sized to its concurrency.
-
-Not asyncio's default pool: that one has ``min(32, cores + 4)`` threads (six on two cores), and the worker runs
-its own blocking work there (lease renewals, durable result writes, DNS lookups). Inference filling it would hold
-a lease renewal back until the lease ran out; a pool per engine keeps the two apart, and its size is the most
-runs that engine ever has at once.
-"""
+"""The threads an in-process engine runs its model on: a pool of its own, sized to its concurrency. Not asyncio's
+default pool, where the worker runs its own blocking work (lease renewals, durable result writes, DNS lookups):
+inference filling that one would hold a lease renewal back until the lease ran out."""
 
 from __future__ import annotations
 
@@ -26,17 +22,12 @@ class EngineThreads:
         self._name = f"engine {model_name}"
         self._pool: ThreadPoolExecutor | None = None
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on one of the engine's threads, as ``asyncio.to_thread`` runs it (context too)."""
-        return await self.submit(fn, *args, **kwargs)
-
-    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
-        """Like ``run``, but the future itself: cancelling an await of it does not stop the thread, so a caller that
-        lends the thread something (a model context) can wait for the future's end before taking it back."""
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on one of the engine's threads, as ``asyncio.to_thread`` runs it (context too)."""
         if self._pool is None:  # made on first use, and again after close: an engine may be used after aclose
             self._pool = ThreadPoolExecutor(self.size, thread_name_prefix=self._name)
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return asyncio.get_running_loop().run_in_executor(self._pool, call)
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
         """Without waiting: a run in progress finishes on its own, and nothing queued behind it starts."""

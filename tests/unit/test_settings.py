@@ -73,9 +73,10 @@ def test_special_values_mean_what_they_meant() -> None:
 def test_every_variable_has_its_own_name_and_the_deploy_page_shows_its_default() -> None:
     names = [f.metadata["env"] for *_, f in READ_BY_BUILD] + [env_var(Settings, "blob_url"),
                                                               env_var(Settings, "metrics_token"),
+                                                              env_var(Settings, "llama_server"),
                                                               *(f.metadata["env"] for f in dataclasses.fields(
                                                                   ClientSettings))]
-    assert len(names) == len(set(names)) == 50  # 46 in groups, 2 of Settings' own, 2 of the users' commands
+    assert len(names) == len(set(names)) == 51  # 46 in groups, 3 of Settings' own, 2 of the users' commands
     deploy = (ROOT / "docs" / "deploy.md").read_text()
     assert not [name for name in names if f"`{name}`" not in deploy]
     shown = dict(re.findall(r"`(OPENRELAY_[A-Z_]+)` \(([\d.]+)\)", deploy))
