@@ -1,11 +1,6 @@
-"""Anthropic's Message Batches (``/v1/messages/batches``) on OpenRelay batches of the ``/v1/messages`` endpoint.
-
-A create becomes an ordinary inline create (``service/create.py``: the same store, queue, budgets, idempotency and
-webhooks), each request ``{custom_id, params}`` a record whose body is its params; a record the create rejects is
-that request's ``errored`` result. The batch and its result lines are shown in Anthropic's shapes here; the
-OpenAI routes, the dashboard and ``orl`` show the same batch as any other. docs/api-contract.md, "Anthropic's
-Message Batches".
-"""
+"""Anthropic's Message Batches (``/v1/messages/batches``) on OpenRelay batches of the ``/v1/messages`` endpoint: a
+create becomes an ordinary inline create, and the batch and its result lines are shown in Anthropic's shapes at read
+time (docs/design.md, "Anthropic's Message Batches"; docs/api-contract.md §14)."""
 
 from __future__ import annotations
 
