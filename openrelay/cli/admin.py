@@ -11,14 +11,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
-import orjson
 import typer
 
 from ..config import DEFAULT_DATA_DIR, Settings
 from ..errors import OpenRelayError
 from ..types import ALL_SCOPES, ApiKey
 from .flags import refusing_bad_settings, settings_flags
-from .http import exit_code
+from .http import exit_code, print_json
 
 if TYPE_CHECKING:
     from ..store.accounts import Accounts
@@ -93,10 +92,6 @@ def _accounts() -> Accounts:
     return _state["accounts"]
 
 
-def _print(data: Any) -> None:
-    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
-
-
 def _key_view(key: ApiKey) -> dict[str, Any]:
     left = key.budget_left()
     return {"id": key.id, "org_id": key.org_id, "prefix": key.prefix, "scopes": sorted(key.scopes),
@@ -115,13 +110,13 @@ def _usd(nano: int | None) -> float | None:
 def org_create(name: str) -> None:
     """Create an organization."""
     org = _accounts().create_org(name)
-    _print({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
+    print_json({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
 
 
 @org_app.command("list")
 def org_list() -> None:
     """List organizations."""
-    _print([{"id": o.id, "name": o.name, "expedited": o.expedited_enabled} for o in _accounts().list_orgs()])
+    print_json([{"id": o.id, "name": o.name, "expedited": o.expedited_enabled} for o in _accounts().list_orgs()])
 
 
 @org_app.command("set")
@@ -130,7 +125,7 @@ def org_set(name: str, expedited: Annotated[str, typer.Option(help="on or off")]
     if expedited not in ("on", "off"):
         raise typer.BadParameter("--expedited takes on or off")
     org = _accounts().set_expedited(name, expedited == "on")
-    _print({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
+    print_json({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
 
 
 @key_app.command("create")
@@ -154,7 +149,7 @@ def key_create(
 @key_app.command("show")
 def key_show(key_id: str) -> None:
     """One key: scopes, budget, what it has spent, what its running batches reserved, and what is left."""
-    _print(_key_view(_accounts().key(key_id)))
+    print_json(_key_view(_accounts().key(key_id)))
 
 
 @key_app.command("set-budget")
@@ -172,9 +167,9 @@ def key_set_budget(
         raise typer.BadParameter("--hard-budget needs a budget, not 'none'")
     accounts = _accounts()
     if budget_usd is None:
-        _print(_key_view(accounts.set_hard_budget(key_id, bool(hard_budget))))
+        print_json(_key_view(accounts.set_hard_budget(key_id, bool(hard_budget))))
     else:
-        _print(_key_view(accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
+        print_json(_key_view(accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
 
 
 def _nano_usd(usd: str) -> int:
@@ -198,13 +193,13 @@ def key_list(org: Annotated[str | None, typer.Option(help="Only this organizatio
     """List keys (never their secrets)."""
     accounts = _accounts()
     org_id = accounts.org_by_name(org).id if org else None
-    _print([_key_view(k) for k in accounts.list_keys(org_id)])
+    print_json([_key_view(k) for k in accounts.list_keys(org_id)])
 
 
 @key_app.command("revoke")
 def key_revoke(key_id: str) -> None:
     """Revoke a key by id; it stops working at once."""
-    _print(_key_view(_accounts().revoke_key(key_id)))
+    print_json(_key_view(_accounts().revoke_key(key_id)))
 
 
 # -- webhooks ------------------------------------------------------------------------------------------------------
@@ -217,4 +212,4 @@ def workers_list() -> None:
     from ..store.workers import WorkerRegistry
 
     _accounts()  # opens the store
-    _print([dataclasses.asdict(w) for w in WorkerRegistry(_state["db"]).live()])
+    print_json([dataclasses.asdict(w) for w in WorkerRegistry(_state["db"]).live()])

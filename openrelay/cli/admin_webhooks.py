@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .admin import Commands, _accounts, _print, _state, admin_settings
+from .admin import Commands, _accounts, _state, admin_settings
+from .http import print_json
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -82,7 +83,7 @@ def webhook_list(org: Annotated[str | None, typer.Option(help="Only this organiz
     accounts = _accounts()
     org_id = accounts.org_by_name(org).id if org else None
     names = {o.id: o.name for o in accounts.list_orgs()}
-    _print([{**e.as_api(), "org_id": e.org_id, "org": names.get(e.org_id)}
+    print_json([{**e.as_api(), "org_id": e.org_id, "org": names.get(e.org_id)}
             for e in _endpoints().list_endpoints(org_id)])
 
 
@@ -90,7 +91,7 @@ def webhook_list(org: Annotated[str | None, typer.Option(help="Only this organiz
 def webhook_remove(endpoint_id: str) -> None:
     """Remove an endpoint by id: nothing more is sent to it, its pending deliveries end; its log stays."""
     removed = _endpoints().remove_endpoint(endpoint_id)
-    _print({**removed.as_api(), "org_id": removed.org_id, "removed": True})
+    print_json({**removed.as_api(), "org_id": removed.org_id, "removed": True})
 
 
 @webhook_app.command("test")
@@ -100,7 +101,7 @@ def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
     from ..service.webhooks import send_test_event
 
     attempt = send_test_event(_endpoints(), _outbox(), _log(), _catalog(catalog), admin_settings(), endpoint_id)
-    _print(attempt.as_json())
+    print_json(attempt.as_json())
     if attempt.outcome != "delivered":
         raise typer.Exit(1)
 
@@ -121,7 +122,7 @@ def webhook_rotate(endpoint_id: str) -> None:
 def webhook_replay(delivery_id: str) -> None:
     """Send a delivery (its id from `log`) again, delivered, given up or not: a new attempt with the same
     webhook-id and body, sent by the workers now and retried like any delivery. Prints the delivery."""
-    _print(_log().replay_delivery(delivery_id).as_api())
+    print_json(_log().replay_delivery(delivery_id).as_api())
 
 
 @webhook_app.command("log")
@@ -133,5 +134,5 @@ def webhook_log(
 ) -> None:
     """The delivery log: every attempt, newest first, with its answer or why there was none."""
     org_id = _accounts().org_by_name(org).id if org else None
-    _print([a.as_json() for a in _log().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
+    print_json([a.as_json() for a in _log().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
                                                      limit=limit)])
