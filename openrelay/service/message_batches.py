@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from ..blobs.base import iter_bytes
 from ..catalog import MESSAGES
 from ..errors import Conflict, InvalidRequest, anthropic_error, no_such
 from ..lifecycle import End
@@ -141,7 +142,7 @@ def message_batch_results(rt: Runtime, key: ApiKey, batch_id: str) -> Iterator[b
 def _results(rt: Runtime, blob_keys: list[str]) -> Iterator[bytes]:
     for blob_key in blob_keys:
         rest = b""
-        for chunk in rt.blobs.iter_bytes(blob_key):
+        for chunk in iter_bytes(rt.blobs, blob_key):
             *lines, rest = (rest + chunk).split(b"\n")
             yield b"".join(orjson.dumps(result_line(orjson.loads(line))) + b"\n" for line in lines if line)
         if rest.strip():
