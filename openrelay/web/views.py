@@ -15,8 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ..clock import seconds
 from ..money import usd_text
-from ..service.dashboard import shown_status
-from ..types import CANCELLABLE, TERMINAL, Batch, tag_list
+from ..types import CANCELLABLE, TERMINAL, Batch, shown_status, tag_list
 from .answers import answer_text
 
 __all__ = ["templates", "BatchView", "chip_colour", "STATIC_DIR", "CHIP_COLOURS"]
@@ -84,7 +83,7 @@ class BatchView:
 
     @property
     def status(self) -> str:
-        return shown_status(self.batch)
+        return shown_status(self.batch.status, self.batch.in_progress_at)
 
     @property
     def ongoing(self) -> bool:
