@@ -18,16 +18,13 @@ from .batches import get_batch, list_batches
 
 __all__ = ["progress_numbers", "batch_answer", "page_answer", "answer", "numbers"]
 
-_RECORDS_MAY_LAND = RECORDS_MAY_LAND_VALUES  # records may still be settling
-_CLAIMABLE = CLAIMABLE_VALUES
-
 
 def progress_numbers(*, status: str, in_progress_at: int | None, total: int, settled: int,
                      state: LiveState | None, now: float) -> dict[str, Any]:
     """The ``openrelay`` object of a batch in ``status``, with ``settled`` of its ``total`` records done or
     failed; ``state`` is its live state (None for a batch that is not live)."""
     numbers = unknown_progress()
-    if state is None or status not in _RECORDS_MAY_LAND:
+    if state is None or status not in RECORDS_MAY_LAND_VALUES:
         return numbers
     if not state.started:
         numbers["queue_position"] = state.position
@@ -54,7 +51,7 @@ def numbers(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
     result = {}
     for batch in found:
         state = None
-        if batch.status.value in _CLAIMABLE:
+        if batch.status.value in CLAIMABLE_VALUES:
             state = LiveState(position=None, started=batch.started, window=batch.throughput_window,
                               concurrency_limit=batch.concurrency_limit)
             if not batch.started:
@@ -82,7 +79,7 @@ def page_answer(batches: Batches, key: ApiKey, **query: Any) -> dict[str, Any]:
     page = list_batches(batches, key, **query)
     rows: list[dict[str, Any]] = page["data"]
     live: dict[str, LiveState] = {}
-    for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):
+    for model in sorted({row["model"] for row in rows if row["status"] in CLAIMABLE_VALUES}):
         live.update(live_of_model(batches.db, model))
     now = seconds()
     for row in rows:

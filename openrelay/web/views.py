@@ -79,7 +79,7 @@ class BatchView:
 
     batch: Batch
     now: float
-    progress: dict[str, Any] | None = None  # its openrelay numbers (service/progress.py), as the API shows them
+    progress: dict[str, Any]  # its openrelay numbers (service/progress.py), as the API shows them
 
     @property
     def status(self) -> str:
@@ -121,26 +121,6 @@ class BatchView:
         if b.in_progress_at is None:
             return None
         return (self.ended_at or self.now) - b.in_progress_at
-
-    @property
-    def eta(self) -> float | None:
-        """The API's ``eta_seconds``: the records left at the last minute's rate; None unless running."""
-        return self._number("eta_seconds")
-
-    @property
-    def queue_position(self) -> int | None:
-        return self._number("queue_position")
-
-    @property
-    def records_per_second(self) -> float | None:
-        return self._number("records_per_second")
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        return self._number("tokens_per_second")
-
-    def _number(self, name: str) -> Any:
-        return None if self.progress is None else self.progress.get(name)
 
     def percent(self, part: int) -> float:
         return 0.0 if not self.batch.total else round(100.0 * part / self.batch.total, 2)
