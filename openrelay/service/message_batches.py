@@ -20,6 +20,7 @@ from ..runtime import Runtime
 from ..types import TERMINAL, ApiKey, Batch, BatchStatus, Scope
 from .auth import require
 from .create import create_batch
+from .create_body import decode_fields
 
 __all__ = ["create_message_batch", "get_message_batch", "list_message_batches", "cancel_message_batch",
            "delete_message_batch", "message_batch_results", "result_line"]
@@ -44,12 +45,7 @@ def create_message_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: 
 def _openai_create(raw: bytes) -> bytes:
     """The inline create of ``POST /v1/batches`` that a message batch create stands for, as bytes. Each request's
     ``custom_id`` and ``params`` keep their bytes: the create judges them as it judges any record."""
-    try:
-        fields = _decode_object(raw)
-    except msgspec.ValidationError:
-        raise InvalidRequest("request body must be a JSON object") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    fields = decode_fields(raw)
     for name in fields:
         if name != "requests":
             raise InvalidRequest(f"{name}: Extra inputs are not permitted", param=name)
