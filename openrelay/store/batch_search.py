@@ -150,14 +150,9 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
 
 
 def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
-    """Counts per shown status and the usage of every batch the filters keep (not just one page).
-
-    Where the counters can answer (``_counted``): the ended batches from ``ended_batch_counts``
-    (store/ended_counts.py) plus an aggregate of the organization's batches not yet ended, through the index of
-    (org_id, status). Otherwise (text, several tags, a created range not in whole UTC days): an aggregate of the
-    matching batches, found through their index (``_walk``: the rarest tag's range, or the status's or model's;
-    the text index). One snapshot for both
-    halves, so a batch that ends meanwhile is counted once."""
+    """Counts per shown status and the usage of every batch the filters keep (not just one page): the counters
+    plus the live batches where they can answer (``_counted``), else an aggregate of the matching batches (``_walk``).
+    One snapshot for both halves, so a batch that ends meanwhile is counted once."""
     summary = Summary()
     if _impossible(query):
         return summary

@@ -49,10 +49,8 @@ class BatchLeases:
         ``start_models``: the models it may run one more batch of (its share of their slots, ``worker/share.py``);
         None: every model.
 
-        Validated batches join their queues first (``promote_validated``), so a claim sees every batch created
-        before it. Then a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
-        cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
-        free slot, the queued batch that comes first (``_next_queued``).
+        First a batch that needs no slot (its worker died, it is being cancelled or finalized, it is past its
+        window, its model left the catalog); then, per model with a free slot, the next queued (``_next_queued``).
 
         Atomic however many workers claim at once: the candidate row is locked (``FOR UPDATE SKIP LOCKED`` on
         PostgreSQL, so a racing worker takes the next one; SQLite's write transaction admits one writer), and the
@@ -85,10 +83,7 @@ class BatchLeases:
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
         """Per model with a free slot (counted over every worker, under the model's lock): expedited before
-        standard, always; within a tier, fair share by recent service (``store/fair_share.py``): the organization
-        with the fewest batches of this model running, then the one whose last batch of it started longest ago,
-        then the oldest batch. One organization's hundred queued batches cannot hold back another's one, with one
-        slot or many."""
+        standard, always; within a tier, fair share by recent service (``store/fair_share.py``)."""
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
             if conn.execute(_RUNNING, {"model": model}).scalar_one() >= model_slots:
