@@ -13,8 +13,8 @@ from ..runtime import Runtime
 from ..store.files import Files
 from ..types import ApiKey, FileRecord, Scope
 from .auth import require
+from .bodies import list_page
 from .expiry import upload_expiry
-from .pages import list_page
 from .partial_results import PartialFile, parse_result_file_id, partial_file, read_partial
 
 __all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "upload_too_large", "PURPOSES"]
