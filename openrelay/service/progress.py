@@ -30,6 +30,7 @@ def progress_numbers(*, status: str, in_progress_at: int | None, total: int, set
         numbers["queue_position"] = state.position
         return numbers
     numbers["concurrency_limit"] = state.concurrency_limit
+    numbers["yielding"] = state.yielding
     flushed = window_totals(state.window, now) if in_progress_at is not None else None
     if flushed is None or in_progress_at is None:
         return numbers
@@ -53,7 +54,7 @@ def numbers(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
         state = None
         if batch.status.value in CLAIMABLE_VALUES:
             state = LiveState(position=None, started=batch.started, window=batch.throughput_window,
-                              concurrency_limit=batch.concurrency_limit)
+                              concurrency_limit=batch.concurrency_limit, yielding=batch.yielding)
             if not batch.started:
                 state = live.get(batch.id, state)
         result[batch.id] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,

@@ -118,14 +118,14 @@ class BatchLeases:
                 return None
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
 
-    def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None) -> None:
-        """Record the adaptive concurrency limit this worker runs the batch at now (the progress object shows it).
-        Fenced by the lease: a worker that lost it writes nothing, and is not told (its run ends on the next
-        renewal). An unchanged limit writes no row."""
+    def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None,
+                              yielding: bool = False) -> None:
+        """Record the concurrency limit this worker runs the batch at now and whether it yields to others'
+        requests on the engine (the progress object shows both). Fenced by the lease: a worker that lost it writes
+        nothing, and is not told (its run ends on the next renewal)."""
         with self.db.write() as conn:
-            conn.execute(batches.update().where(
-                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-                batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit))
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                         .values(concurrency_limit=limit, yielding=yielding))
 
     def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
         """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)

@@ -80,6 +80,7 @@ class LiveState(NamedTuple):
     started: bool
     window: str | None
     concurrency_limit: int | None = None
+    yielding: bool = False
 
 
 def _live_of_model() -> sa.Select:
@@ -88,7 +89,7 @@ def _live_of_model() -> sa.Select:
     turns = batches.outerjoin(model_shares, sa.and_(model_shares.c.model == c.model,
                                                    model_shares.c.org_id == c.org_id))
     return (sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, model_shares.c.last_started_at,
-                      c.throughput_window, c.concurrency_limit)
+                      c.throughput_window, c.concurrency_limit, c.yielding)
             .select_from(turns).where(live, c.model == sa.bindparam("model")))
 
 
@@ -101,4 +102,4 @@ def live_of_model(db: Database, model: str) -> dict[str, LiveState]:
         rows = conn.execute(_LIVE_OF_MODEL, {"model": model}).all()
     positions = queue_order(rows)
     get = positions.get
-    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8]) for r in rows}
+    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8], bool(r[9])) for r in rows}

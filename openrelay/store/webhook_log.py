@@ -200,9 +200,3 @@ class WebhookLog:
         return [AttemptLog(event_id=r[0], event_type=r[1], batch_id=r[2], endpoint_id=r[3], org_id=r[4], url=r[5],
                            attempt=r[6], attempted_at=r[7], outcome=r[8], status_code=r[9], error=r[10],
                            duration_ms=r[11], state=r[12], delivery_id=r[13]) for r in rows]
-
-    def delivery_states(self, event_id: str) -> dict[str, str]:
-        """endpoint id -> state, for one event."""
-        d = webhook_deliveries.c
-        with self.db.read() as conn:
-            return dict(conn.execute(sa.select(d.endpoint_id, d.state).where(d.event_id == event_id)).all())

@@ -21,7 +21,7 @@ from ..store.webhook_outbox import DELIVERED, DueDelivery, WebhookOutbox
 from .network import webhook_client
 from .signing import signed_headers
 
-__all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "retry_delay", "prune_period", "prune_delivery_log"]
+__all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "prune_period", "prune_delivery_log"]
 
 log = logging.getLogger("openrelay.webhooks")
 
@@ -52,11 +52,6 @@ def retry_backoff(settings: Settings) -> Backoff:
     the cap), so that the events of a receiver that went down are not all retried in the same instant."""
     return Backoff(base=settings.webhooks.retry_base_seconds, cap=settings.webhooks.retry_max_seconds,
                    jitter=(1.0, 1.25))
-
-
-def retry_delay(settings: Settings, attempt: int) -> float:
-    """The wait after failed attempt number ``attempt`` (1 for the first) before its jitter: the least it waits."""
-    return retry_backoff(settings).nominal(attempt)
 
 
 def prune_period(settings: Settings) -> float:

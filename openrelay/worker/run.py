@@ -121,20 +121,22 @@ class BatchRun:
         await asyncio.to_thread(self.rt.leases.mark_running, self.batch.id, self.worker_id, limit)
         self._publishing = asyncio.create_task(self._publish_limit(limit))
 
-    async def _publish_limit(self, shown: int | None) -> None:
+    async def _publish_limit(self, limit: int | None) -> None:
         """Keep the batch's row showing the concurrency it runs at (the progress object's
         ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
-        open replicas allow now, shared by its running batches in this process. ``shown``: what the row shows
-        already (``mark_running`` wrote it). Written when it changes, at most once a second; a failed write is
-        tried at the next change."""
+        open replicas allow now, shared by its running batches in this process; and whether it leaves the engine
+        to others' requests now (``yielding``). ``limit``: what the row shows already (``mark_running`` wrote
+        it). Written when it changes, at most once a second; a failed write is tried at the next change."""
+        shown: tuple[int | None, bool | None] = (limit, None)  # a resumed run may find ``yielding`` left set
         while True:
             await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
-            limit = self._concurrency_now()
-            if limit != shown:
+            room = self.gate.room  # records wait for it at the gate, taken from the queue: they go as it comes
+            now = (self._concurrency_now(), False) if room is None else (min(room, self._concurrency_now()), True)
+            if now != shown:
                 try:
                     await asyncio.to_thread(self.rt.leases.set_concurrency_limit, self.batch.id, self.worker_id,
-                                            limit)
-                    shown = limit
+                                            *now)
+                    shown = now
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
 

@@ -21,7 +21,7 @@ from ..backoff import Backoff
 from ..catalog import ModelSpec
 from ..clock import now_ns
 from ..engines.base import Engine
-from ..engines.factory import build_replicas
+from ..engines.factory import build_replicas, load_readers
 from ..lifecycle import End, decide_end
 from ..runtime import Runtime
 from ..store.engine_limits import Learnt
@@ -73,6 +73,8 @@ class Worker:
             replicas = [Replica(model, name, engine, self.rt.settings, capacity=capacity,
                                 limiter=_limiter(spec, (learnt or {}).get(name)))
                         for name, engine in engines]
+            for replica, reader in zip(replicas, load_readers(spec), strict=False):
+                replica.watch_load(reader, yields=spec.engine.get("yield_to_interactive", True))
             self._gates[model] = EngineGate(model, replicas, self.rt.settings, adaptive=spec.adaptive)
             self._groups[model] = ModelGroups()
         return self._gates[model]
