@@ -1,15 +1,6 @@
-"""A queued batch's place in its model's queue, for the live progress numbers (``service/progress.py``).
-
-(The rates come from the batch's own row: ``store/throughput.py``.)
-
-A queued batch's position is where the next claims would take it (``BatchLeases._next_queued``,
-store/leases.py): per model, every queued expedited batch before any standard one; within a tier, fair share
-(``store/fair_share.py``): the organization with the fewest batches of the model running, then the one whose turn
-(last start) is oldest, then the oldest batch. Each batch that starts adds one to its organization's count and
-sends its turn to the back, so the claims go round the organizations; ``queue_order`` replays that from one read
-of the model's live batches (the ``(status, model)`` index) with their organizations' turns. It assumes no running
-batch ends meanwhile: an end can only move a queued batch forward.
-"""
+"""A queued batch's place in its model's queue, for the live progress numbers (``service/progress.py``): the claims'
+own order (``BatchLeases._next_queued``: expedited first, then fair share, ``store/fair_share.py``) replayed from one
+read of the model's live batches. docs/progress-and-dry-run.md, "The queue's order"."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The webhook deliveries an organization or an operator looks at and acts on after the fact: an endpoint's
-deliveries, newest first; the log of attempts; replaying one (sent again by the delivery loops, with its event's
-``webhook-id`` and body); and pruning the delivery log past its age.
-
-A replay puts the delivery back in the outbox (``store/webhook_outbox.py``), due now, in one transaction: it is
-durable before anything is sent, and the loops send it as they send every delivery. Every time is the database's
-clock.
-"""
+deliveries, the log of attempts, a replay (the delivery back in the outbox, due now, in one transaction: durable
+before anything is sent; docs/webhooks.md, "Replay a delivery"), and pruning the log past its age."""
 
 from __future__ import annotations
 

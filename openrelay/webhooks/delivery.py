@@ -1,13 +1,7 @@
-"""The delivery loop every worker process runs beside its batches: claim due deliveries from the outbox, post
-each signed event, record the attempt, and come back for failures with an exponential backoff.
-
-Any number of loops on any number of machines share the outbox through the store's claims
-(``WebhookOutbox.claim_due``), which give each endpoint its own concurrency and circuit; a loop holds nothing the
-store does not. A loop keeps up to ``OPENRELAY_WEBHOOK_CONCURRENCY`` attempts in flight, each started when it is
-claimed and recorded when it ends, so no attempt waits for another. An attempt ends at the timeout counted from its
-claim, connect to last byte, well before the claim lapses. The loop also prunes the delivery log past
-``log_keep_seconds`` (``prune_delivery_log``), at most once per ``prune_period``.
-"""
+"""The delivery loop every worker process runs beside its batches: claim due deliveries from the outbox
+(``WebhookOutbox.claim_due``), post each signed event, record the attempt, retry failures with backoff, and prune
+the delivery log. Up to ``OPENRELAY_WEBHOOK_CONCURRENCY`` attempts in flight, none waiting for another; each ends at
+its timeout, well before its claim lapses. docs/webhooks.md, "Delivery"."""
 
 from __future__ import annotations
 
