@@ -1,10 +1,6 @@
-"""Run-time settings of one OpenRelay process: each default, its environment variable and its flag written once, here.
-
-``Settings`` holds the process's places (data, store, catalog, blobs) and one group per concern. ``Settings.build``
-takes each setting from its flag when one was given, else from its variable (unset or empty: the default), and
-refuses one that does not parse with a ``ConfigError`` naming it: a process checks its settings when it starts.
-`orl serve`, `orl worker` and `orl admin` make their flags from the ``Flag`` of each setting (cli/flags.py).
-"""
+"""Run-time settings of one OpenRelay process: each default, its environment variable and its flag written once, here,
+one group per concern. A flag given wins over its variable; a value that does not parse is a ``ConfigError`` when
+the process starts (docs/deploy.md). `orl` makes its flags from each setting's ``Flag`` (cli/flags.py)."""
 
 from __future__ import annotations
 

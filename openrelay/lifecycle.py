@@ -1,11 +1,7 @@
-"""A batch's lifecycle in one place: which status moves to which and why (``TRANSITIONS``), how a batch ends
-(``decide_end``, then ``final_status`` in the ending's transaction), and the codes of the records an end leaves
-unrun (``End``).
-
-The store makes every change of status with one of these transitions and guards it with the statuses it starts
-from (``UPDATE batches ... WHERE status IN (sources)``), so the database refuses a move this table does not hold
-(``TransitionRefused``). Drawn, with what moves each status: docs/design.md, "A batch's lifecycle".
-"""
+"""A batch's lifecycle in one place: which status moves to which and why (``TRANSITIONS``, each guarded in the
+store by the statuses it starts from, so the database refuses any other: ``TransitionRefused``), how a batch ends
+(``decide_end``, ``final_status``) and the codes of the records an end leaves unrun (``End``). Drawn:
+docs/design.md, "A batch's lifecycle"."""
 
 from __future__ import annotations
 

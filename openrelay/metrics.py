@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 __all__ = ["RECORDS", "ENGINE_RETRIES", "RUNNING_BATCHES", "ENGINE_UP", "ENGINE_IN_FLIGHT", "ENGINE_CONCURRENCY_LIMIT",
+           "ENGINE_LOAD", "ENGINE_KV_CACHE_USAGE", "ENGINE_LOAD_READABLE", "ENGINE_YIELDING",
            "WEBHOOK_ATTEMPTS", "OVER_REPORTS", "register_queue_depths"]
 
 log = logging.getLogger("openrelay")
@@ -31,6 +32,17 @@ ENGINE_IN_FLIGHT = Gauge("openrelay_engine_requests_in_flight", "Requests this p
 ENGINE_CONCURRENCY_LIMIT = Gauge("openrelay_engine_concurrency_limit", "Requests this process's workers send to the "
                                  "engine replica at once: the adaptive limit (concurrency = \"auto\"), else the "
                                  "replica's share of slots x concurrency.", ["model", "replica"])
+# With load_metrics (worker/engine_load.py): the engine's own load as this process last read it (NaN while unknown).
+ENGINE_LOAD = Gauge("openrelay_engine_load_requests", "Requests on the engine replica as its metrics last said: "
+                    "running and waiting (everyone's), and ours: this process's in flight among them.",
+                    ["model", "replica", "state"])
+ENGINE_KV_CACHE_USAGE = Gauge("openrelay_engine_kv_cache_usage", "The engine replica's KV cache in use (0 to 1) as "
+                              "its metrics last said, where they say (vLLM).", ["model", "replica"])
+ENGINE_LOAD_READABLE = Gauge("openrelay_engine_load_metrics_up", "1 while the engine replica's load metrics read, 0 "
+                             "while they fail: its batches then run as without load_metrics.", ["model", "replica"])
+ENGINE_YIELDING = Gauge("openrelay_engine_yielding", "1 while this process's batches leave the engine replica to "
+                        "others' requests (yield_to_interactive): fewer calls, or none while others wait.",
+                        ["model", "replica"])
 WEBHOOK_ATTEMPTS = Counter("openrelay_webhook_attempts_total", "Webhook deliveries this process's workers attempted, "
                            "by outcome: delivered (2xx), failed (another answer or none), refused (an address the "
                            "network rules refuse).", ["outcome"])

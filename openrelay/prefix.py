@@ -24,8 +24,8 @@ import msgspec
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["PROMPT_FIELDS", "LEVELS", "ENTRY", "DispatchEntry", "PrefixCollector", "DispatchOrder", "prefix_chain",
-           "prompt_reader", "chain_hashes", "encode_entries", "read_entries"]
+__all__ = ["PROMPT_FIELDS", "LEVELS", "ENTRY", "DispatchEntry", "PrefixCollector", "DispatchOrder", "prompt_reader",
+           "chain_hashes", "read_entries"]
 
 # The body fields whose raw bytes make a record's prompt, in the order an engine sees them (the system or
 # developer messages lead ``messages``; ``instructions`` come before ``input``). Embeddings are not grouped.
@@ -51,15 +51,6 @@ class DispatchEntry(NamedTuple):
     length: int  # byte length of the line, without its newline
     group: int  # hash of the deepest prefix it shares with another record of the batch; 0: none
     shared_bytes: int  # the length of that prefix; 0: none
-
-
-def prefix_chain(material: bytes | memoryview) -> list[int]:
-    """The 64-bit hash of each ``LEVELS`` prefix of ``material`` that it is long enough to have (``chain_hashes``
-    of one record)."""
-    collector = PrefixCollector()
-    if len(material) >= LEVELS[0]:
-        collector.add_chains([0], [material])
-    return chain_hashes(collector.depths, collector.crcs).tolist()
 
 
 def chain_hashes(depths: ArrayLike, crcs: ArrayLike) -> np.ndarray:
@@ -96,9 +87,9 @@ def _mix(values: np.ndarray) -> np.ndarray:
 
 
 def prompt_reader(fields: tuple[str, ...]) -> Callable[[Any], Any] | None:
-    """How the create's fast path takes a record's prompt material from its decoded body
-    (``validation.records.decode_ordinary``): the one field's ``msgspec.Raw``, or the present fields' bytes joined;
-    ``msgspec.UNSET`` for none. None for an endpoint without prompt fields."""
+    """How the create takes a record's prompt material from its decoded body (``validation.records.Body``): the
+    one field's ``msgspec.Raw``, or the present fields' bytes joined; ``msgspec.UNSET`` for none. None for an
+    endpoint without prompt fields."""
     if not fields:
         return None
     if len(fields) == 1:
@@ -265,9 +256,6 @@ class DispatchOrder:
         return sum((size - 1) * (LEVELS[level] - (LEVELS[level - 1] if level else 0))
                    for _, level, size in self.groups)
 
-    def entries(self, base: int = 0) -> Iterator[DispatchEntry]:
-        return map(DispatchEntry._make, ENTRY.iter_unpack(self.encoded(base)))
-
     def encoded(self, base: int = 0) -> bytes:
         """The blob's bytes: ``ENTRY`` after ``ENTRY``, nothing else. ``base`` is added to every offset (the
         collector's count from the first line: a byte order mark before it is not part of any line)."""
@@ -283,11 +271,6 @@ class DispatchOrder:
 
 def _by_size(nodes: Sequence[int], sizes: list[int]) -> list[int]:
     return sorted(nodes, key=lambda node: (-sizes[node], node))
-
-
-def encode_entries(entries: Iterable[DispatchEntry]) -> bytes:
-    """The dispatch-order blob of ``entries``: each packed by ``ENTRY``, in order, nothing else."""
-    return b"".join(ENTRY.pack(*entry) for entry in entries)
 
 
 def read_entries(handle: BinaryIO) -> Iterator[DispatchEntry]:

@@ -1,10 +1,6 @@
 """OpenTelemetry traces for operators who run a collector (docs/deploy.md, "Traces"), and what goes with a record's
-engine call: its request id (``x-request-id``) and, when tracing, the W3C ``traceparent`` of the call's span.
-
-Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set when the process starts
-(``configure``); the SDK reads every other ``OTEL_*`` variable itself. Off, the SDK is never imported and ``span``
-hands back one shared no-op context.
-"""
+engine call: its request id (``x-request-id``) and, when tracing, the W3C ``traceparent`` of the call's span. Off,
+the SDK is never imported and ``span`` hands back one shared no-op context."""
 
 from __future__ import annotations
 

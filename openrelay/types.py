@@ -219,6 +219,7 @@ class Batch:
     run_failures: int = 0
     throughput_window: str | None = None  # the last minute's durable flushes, as store/throughput.py keeps them
     concurrency_limit: int | None = None  # the adaptive limit its worker runs it at now (null when unknown)
+    yielding: bool = False  # its worker leaves the engine to others' requests now (yield_to_interactive)
     unrun: int = 0  # of ``failed``, once it ended: the records that never started (cancelled, expired, failed)
     # The database's clock minus this machine's, measured when a worker claimed it; not a column (NOT_STORED).
     clock_skew: float = dataclasses.field(default=0.0, metadata={NOT_STORED: True})
@@ -284,5 +285,5 @@ class Batch:
 def unknown_progress() -> dict[str, Any]:
     """The batch object's ``openrelay`` progress numbers when none is known (service/progress.py fills them)."""
     return {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None,
-            "concurrency_limit": None}
+            "concurrency_limit": None, "yielding": None}
 

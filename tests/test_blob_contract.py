@@ -15,7 +15,7 @@ import obstore
 import pytest
 
 from openrelay.blobs import keys
-from openrelay.blobs.base import BlobMissing, BlobStore
+from openrelay.blobs.base import BlobMissing, BlobStore, iter_bytes
 from openrelay.blobs.local import LocalBlobStore
 from openrelay.blobs.s3 import S3BlobStore, S3Location
 from openrelay.config import Settings
@@ -81,7 +81,7 @@ def write(blobs: BlobStore, key: str, data: bytes, piece: int = 65_536) -> None:
 
 
 def read(blobs: BlobStore, key: str) -> bytes:
-    return b"".join(blobs.iter_bytes(key))
+    return b"".join(iter_bytes(blobs, key))
 
 
 @pytest.mark.parametrize("size", [0, 10, BIG], ids=["empty", "small", "multipart"])
@@ -305,6 +305,7 @@ def test_a_directory_url(tmp_path: Path) -> None:
 
 _STREAM_SCRIPT = """
 import resource, sys
+from openrelay.blobs.base import iter_bytes
 from openrelay.blobs.s3 import S3BlobStore, S3Location
 bucket, prefix, endpoint, key_id, secret, size = sys.argv[1:]
 blobs = S3BlobStore(S3Location(bucket=bucket, prefix=prefix), endpoint=endpoint, access_key_id=key_id,
@@ -316,7 +317,7 @@ with blobs.writer("files/big") as out:
     for _ in range(int(size) // len(piece)):
         out.write(piece)
 written = peak()
-assert sum(len(chunk) for chunk in blobs.iter_bytes("files/big", 1 << 20)) == int(size)
+assert sum(len(chunk) for chunk in iter_bytes(blobs, "files/big", chunk_size=1 << 20)) == int(size)
 assert blobs.compose("batches/b/output.jsonl", ["files/big"]) == int(size)
 print(base, written, peak())
 """

@@ -124,7 +124,6 @@ def test_chunks_store_the_details_and_the_batch_sums_them(store: Database):
                       priority="standard", status=BatchStatus.VALIDATING, model="m", created_at=0,
                       expires_at=4_000_000_000, total=3), created_ns=1, new_files=[])
     assert rows.get("o1", "batch_c1").as_api()["usage"] == batch_usage()
-    BatchLeases(store).promote_validated()
     assert BatchLeases(store).claim("w1", {"m": 1}, 60.0) is not None
     first = Chunk(seq=1, out_key="o/1", err_key=None, lines=[1, 2], completed=2, failed=0, input_tokens=30,
                   cached_tokens=20, output_tokens=8, reasoning_tokens=5, cost_nano_usd=900)
@@ -146,7 +145,6 @@ def test_the_concurrency_limit_is_written_only_under_the_lease(store: Database):
                       expires_at=4_000_000_000, total=3), created_ns=1, new_files=[])
     rows = BatchLeases(store)
     assert rows.by_id("batch_l1").concurrency_limit is None
-    rows.promote_validated()
     assert rows.claim("w1", {"m": 1}, 60.0) is not None
     rows.set_concurrency_limit("batch_l1", "w1", 12)
     rows.set_concurrency_limit("batch_l1", "w1", 12)  # unchanged: no row written, no error
@@ -227,7 +225,6 @@ def test_the_progress_object_shows_the_limit_its_worker_wrote(make_server, engin
     db = Database(server.database_url)
     try:
         rows = BatchLeases(db)
-        rows.promote_validated()
         assert rows.claim("test-worker", {MODEL: 1}, 60.0) is not None
         assert get(server, batch_id)["openrelay"]["concurrency_limit"] is None  # running; nothing written yet
         for limit in (5, 6):  # each change is seen, by a batch's poll and by a page

@@ -33,7 +33,6 @@ def test_a_run_past_its_lease_cannot_overwrite_or_double_the_next_runs_chunk(mak
     rt = open_runtime(Settings.build(data_dir=server.data_dir, database_url=server.database_url,
                                      catalog_path=server.data_dir / "catalog.toml"))
     try:
-        rt.leases.promote_validated()
         slots = {"test/echo": 1}
         stale = rt.leases.claim("worker-a", slots, lease_seconds=0.05)
         assert stale is not None and stale.id == batch_id
@@ -80,7 +79,6 @@ def test_the_window_is_judged_by_the_database_clock_as_measured_at_the_claim(mak
     rt = open_runtime(Settings.build(data_dir=server.data_dir, database_url=server.database_url,
                                      catalog_path=server.data_dir / "catalog.toml"))
     try:
-        rt.leases.promote_validated()
         claimed = rt.leases.claim("worker-a", {"test/echo": 1}, lease_seconds=60)
         assert claimed is not None and claimed.id == batch_id
         # One machine here: the two clocks agree, bar the time between the reads, by which the skew may only be

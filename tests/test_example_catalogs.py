@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from openrelay.catalog import load_catalog
-from openrelay.engines.factory import build_engine
+from openrelay.engines.factory import build_replicas
 from openrelay.engines.openai_http import OpenAIEngine
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples" / "catalogs").glob("*.toml"))
@@ -36,7 +36,8 @@ def test_example_catalog_offers_the_example_models(path: Path):
         assert spec.engine["kind"] == "openai" and set(spec.engine) <= ENGINE_KEYS
         assert spec.engine["served_model"] and spec.engine["base_url"].endswith("/v1")
         assert spec.input_usd_per_mtok > 0
-        assert isinstance(build_engine(spec), OpenAIEngine)
+        [(_, engine)] = build_replicas(spec)  # a model offered on /v1/messages: chat completions, translated
+        assert isinstance(getattr(engine, "engine", engine), OpenAIEngine)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -23,9 +23,9 @@ from openrelay.prefix import (
     ENTRY,
     LEVELS,
     DispatchEntry,
+    DispatchOrder,
     PrefixCollector,
-    encode_entries,
-    prefix_chain,
+    chain_hashes,
     read_entries,
 )
 from openrelay.validation.scan import file_lines, inline_lines, scan_records
@@ -40,6 +40,19 @@ engine = { kind = "openai", base_url = "http://127.0.0.1:9/v1" }
 """)
 BOM = b"\xef\xbb\xbf"
 RANGE = "json: cannot unmarshal number 1e400 into Go value of type float64"
+
+
+def prefix_chain(material: bytes) -> list[int]:
+    """The 64-bit hash of each ``LEVELS`` prefix of ``material`` that it is long enough to have."""
+    collector = PrefixCollector()
+    if len(material) >= LEVELS[0]:
+        collector.add_chains([0], [material])
+    return chain_hashes(collector.depths, collector.crcs).tolist()
+
+
+def entries_of(order: DispatchOrder, base: int = 0) -> list[DispatchEntry]:
+    """The entries of the blob the order is stored as, read back as a worker reads them."""
+    return list(read_entries(io.BytesIO(order.encoded(base))))
 
 
 def system_prompt(topic: str, rules: int) -> str:
@@ -106,10 +119,10 @@ def test_chain_hashes_follow_the_prefix_and_do_not_change_between_processes():
     assert prefix_chain(material[:LEVELS[0] - 1]) == []
     assert all(0 < h < 2 ** 64 for h in chain)
     # Python's hash() differs from one process to the next; these must not.
-    script = f"from openrelay.prefix import prefix_chain; print(prefix_chain({material!r}))"
+    script = f"from tests.test_prefix_order import prefix_chain; print(prefix_chain({material!r}))"
     for seed in ("1", "2"):
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                             env={**os.environ, "PYTHONHASHSEED": seed})
+                             env={**os.environ, "PYTHONHASHSEED": seed}, cwd=Path(__file__).resolve().parents[1])
         assert out.stdout.strip() == str(chain)
 
 
@@ -118,7 +131,7 @@ def test_records_sharing_a_prefix_are_adjacent_largest_group_first(tmp_path):
     result = scanned(jsonl(*records), tmp_path)
     assert result.rejections == []
     order = result.prefixes.order()
-    entries = list(order.entries())
+    entries = entries_of(order)
     assert sorted(e.line for e in entries) == list(range(1, len(records) + 1))  # every record once
     named = [group_of(records[e.line - 1]["custom_id"]) for e in entries]
     # Largest group first (mid: 9, big: 5, small: 3), each group in one run; records alone last, in input order.
@@ -146,7 +159,7 @@ def test_a_group_inside_a_group_goes_first_then_the_rest_of_the_outer_group(tmp_
     records = [chat_record(f"doc-{i}", system, document + f" Question {i}?", "m/chat") for i in range(3)]
     records += [chat_record(f"sys-{i}", system, f"A short question {i}?", "m/chat") for i in range(6)]
     random.Random(3).shuffle(records)
-    entries = list(scanned(jsonl(*records), tmp_path).prefixes.order().entries())
+    entries = entries_of(scanned(jsonl(*records), tmp_path).prefixes.order())
     named = [records[e.line - 1]["custom_id"].split("-")[0] for e in entries]
     assert runs(named) == [("doc", 3), ("sys", 6)]  # the deeper group first, inside the system prompt's group
     doc, sys_only = entries[0], entries[3]
@@ -161,7 +174,7 @@ def test_offsets_and_lengths_are_the_lines_of_the_stored_file(tmp_path):
         b'{"custom_id":"bad","method":"GET"}\n' + b"\n".join(lines[10:])
     result = scanned(content, tmp_path)
     assert [(r.custom_id, r.code) for r in result.rejections] == [("bad", "invalid_method")]
-    entries = list(result.prefixes.order(rejected=(r.line for r in result.rejections)).entries(base=len(BOM)))
+    entries = entries_of(result.prefixes.order(rejected=(r.line for r in result.rejections)), base=len(BOM))
     assert len(entries) == len(records)
     stored_lines = content.removeprefix(BOM).split(b"\n")
     for entry in entries:
@@ -177,7 +190,7 @@ def test_inline_offsets_match_the_stored_requests(tmp_path):
     result = scan_records(lambda: inline_lines(raws), endpoint=CHAT, catalog=CATALOG, max_records=1000,
                           collect_prefixes=True)
     stored = b"".join(raw.replace(b"\n", b" ") + b"\n" for raw in raws)  # service.batches._store_inline's layout
-    for entry in result.prefixes.order().entries():
+    for entry in entries_of(result.prefixes.order()):
         assert stored[entry.offset:entry.offset + entry.length] == raws[entry.line - 1].replace(b"\n", b" ")
 
 
@@ -186,17 +199,17 @@ def test_prompt_fields_of_completions_and_responses(tmp_path):
     completions = [{"custom_id": f"c{i}", "method": "POST", "url": "/v1/completions",
                     "body": {"model": "m/chat", "prompt": prompt + f" Q{i}"}} for i in range(3)]
     result = scanned(jsonl(*completions), tmp_path, endpoint="/v1/completions")
-    assert {e.shared_bytes for e in result.prefixes.order().entries()} == {max(L for L in LEVELS if L < len(prompt))}
+    assert {e.shared_bytes for e in entries_of(result.prefixes.order())} == {max(L for L in LEVELS if L < len(prompt))}
     responses = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/responses",
                   "body": {"model": "m/chat", "input": f"Q{i}", "instructions": prompt}} for i in range(3)]
     result = scanned(jsonl(*responses), tmp_path, endpoint="/v1/responses")
-    assert all(e.group != 0 for e in result.prefixes.order().entries())  # instructions come before input
+    assert all(e.group != 0 for e in entries_of(result.prefixes.order()))  # instructions come before input
 
 
 def test_the_blob_format_round_trips_and_streams():
     entries = [DispatchEntry(line=7, offset=2 ** 40, length=123, group=2 ** 64 - 1, shared_bytes=65536),
                DispatchEntry(line=1, offset=0, length=1, group=0, shared_bytes=0)] * 3000
-    blob = encode_entries(entries)
+    blob = b"".join(ENTRY.pack(*entry) for entry in entries)
     assert ENTRY.format == "<IQIQI" and ENTRY.size == 28 and len(blob) == 28 * len(entries)
     assert blob[:28] == ENTRY.pack(7, 2 ** 40, 123, 2 ** 64 - 1, 65536)
 
@@ -230,7 +243,7 @@ def test_numbers_out_of_range_are_still_refused_and_big_integers_pass(tmp_path):
     assert [(r.line, r.code) for r in result.rejections] == [(1, "invalid_json"), (2, "invalid_json"),
                                                              (5, "invalid_json")]
     assert result.rejections[0].message == RANGE and result.rejections[1].message == RANGE
-    assert sorted(e.line for e in result.prefixes.order(r.line for r in result.rejections).entries()) == [3, 4]
+    assert sorted(e.line for e in entries_of(result.prefixes.order(r.line for r in result.rejections))) == [3, 4]
 
 
 # -- the create, over HTTP ----------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from tests.support.forked import ORL
 SERVER_PER_MODULE = True  # test catalog: test/echo with 2 slots, concurrency 8
 
 NULLS = {"queue_position": None, "records_per_second": None, "tokens_per_second": None, "eta_seconds": None,
-         "concurrency_limit": None}
+         "concurrency_limit": None, "yielding": None}
 
 
 def _create_as(server, api_key: str, records, priority: str = "standard") -> dict:
@@ -113,7 +113,8 @@ def test_running_batch_has_rates_and_an_eta_once_records_land(server, engine):
     engine.wait_held("rate", 8)  # concurrency 8: eight in flight, none finished
     # The worker shows the concurrency it runs at (the model's fixed 8) once it has written it.
     before = wait_for(lambda: (n := _numbers(server, batch["id"]))["concurrency_limit"] and n, "the limit shown")
-    assert before == {**NULLS, "concurrency_limit": 8}  # no record durable yet: the rates are unknown, not zero
+    # No record durable yet: the rates are unknown, not zero; no load_metrics: not yielding.
+    assert before == {**NULLS, "concurrency_limit": 8, "yielding": False}
 
     engine.release("rate", count=4)
     landed = wait_for(lambda: (b := get(server, batch["id"]))["request_counts"]["completed"] >= 4 and b,

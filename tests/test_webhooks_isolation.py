@@ -70,7 +70,7 @@ def test_hostile_endpoints_delay_only_their_own_deliveries(db: Database, receive
                 healthy[hook] = (_endpoint(store, org[0], receiver, hook), _ended_batch(db, org))
             for hook, (endpoint_id, event_id) in healthy.items():
                 receiver.wait_for(hook, lambda got: [r["answered"] for r in got] == [200], "a healthy delivery")
-                wait_for(lambda: store.log.delivery_states(event_id) == {endpoint_id: "delivered"},  # noqa: B023
+                wait_for(lambda: store.delivery_states(event_id) == {endpoint_id: "delivered"},  # noqa: B023
                          "the delivery recorded")
             # ... while every hanging and trickling attempt is still open, none past its endpoint's concurrency.
             for hook, kind in hostile.items():

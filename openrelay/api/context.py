@@ -14,7 +14,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
 from ..errors import InvalidRequest
-from ..http.access_log import note_org
+from ..http.request_ids import note_org
 from ..http.writes import OrgWrites
 from ..runtime import Runtime
 from ..service.auth import KeyCache
@@ -45,7 +45,7 @@ def query_int(query: QueryParams, name: str, default: int) -> int:
 
 
 def _noted(request: Request, key: ApiKey) -> ApiKey:
-    note_org(request.scope, key.org_id)  # for the access log (http/access_log.py)
+    note_org(request.scope, key.org_id)  # for the access log (http/request_ids.py)
     return key
 
 

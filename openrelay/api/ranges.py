@@ -1,9 +1,5 @@
-"""HTTP ``Range`` on a download: one byte range of any form RFC 9110 gives, answered 206 with those bytes.
-
-``bytes=A-B`` (B past the end reads to the end), ``bytes=A-`` (what a follower of a running batch's result file
-asks: what came after its last read) and ``bytes=-N`` (the last N bytes; all of a shorter file). A range the file
-has no byte of is 416. Several ranges, another unit, B before A or any other form is ignored: the whole file, 200.
-"""
+"""HTTP ``Range`` on a download: one byte range of any form RFC 9110 gives (``bytes=A-B``, ``A-``, ``-N``), answered
+206; a range with no byte of the file 416; any other form the whole file, 200 (docs/api-contract.md §1)."""
 
 from __future__ import annotations
 

@@ -10,13 +10,21 @@ from typing import BinaryIO, Protocol
 
 from ..errors import StoreError
 
-__all__ = ["BlobStore", "BlobWriter", "BlobMissing"]
+__all__ = ["BlobStore", "BlobWriter", "BlobMissing", "iter_bytes"]
 
 
 class BlobMissing(StoreError):
     """The key names no blob."""
 
     code = "blob_missing"
+
+
+def iter_bytes(blobs: BlobStore, key: str, start: int = 0, chunk_size: int = 1 << 16) -> Iterator[bytes]:
+    """The bytes of ``key`` from ``start`` on, a piece at a time (the blob is opened at the first)."""
+    with blobs.open(key) as handle:
+        handle.seek(start)
+        while piece := handle.read(chunk_size):
+            yield piece
 
 
 class BlobWriter(Protocol):
@@ -34,8 +42,6 @@ class BlobStore(Protocol):
     def open(self, key: str) -> AbstractContextManager[BinaryIO]:
         """Read ``key`` as a binary stream (iterating it yields lines). Raises BlobMissing when absent."""
         ...
-
-    def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]: ...
 
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(start, length)`` range of ``key`` (within the blob), in the order asked. Raises

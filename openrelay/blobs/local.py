@@ -60,11 +60,6 @@ class LocalBlobStore:
         with handle:
             yield handle
 
-    def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
-        with self.open(key) as handle:
-            while chunk := handle.read(chunk_size):
-                yield chunk
-
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         with self.open(key) as handle:
             fd = handle.fileno()

@@ -134,11 +134,6 @@ class S3BlobStore:
         with io.BufferedReader(raw, 1 << 20) as handle:
             yield handle
 
-    def iter_bytes(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
-        with self.open(key) as handle:
-            while chunk := handle.read(chunk_size):
-                yield chunk
-
     def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         asked = [(start, length) for start, length in ranges if length > 0]  # S3 has no empty range
         if not asked:

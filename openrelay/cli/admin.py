@@ -5,28 +5,51 @@ Safe while `orl serve` runs on the same store: every change is one short transac
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
-import orjson
 import typer
 
 from ..config import DEFAULT_DATA_DIR, Settings
 from ..errors import OpenRelayError
 from ..types import ALL_SCOPES, ApiKey
 from .flags import refusing_bad_settings, settings_flags
-from .http import exit_code
+from .http import exit_code, print_json
 
 if TYPE_CHECKING:
     from ..store.accounts import Accounts
 
-__all__ = ["app", "admin_settings"]
+__all__ = ["app", "admin_settings", "Commands"]
 
-app = typer.Typer(help="Operate on the store directly: organizations, API keys, webhooks; the live workers.",
-                  no_args_is_help=True)
-org_app = typer.Typer(help="Organizations.", no_args_is_help=True)
-key_app = typer.Typer(help="API keys.", no_args_is_help=True)
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+class Commands(typer.Typer):
+    """A group whose commands answer an ``OpenRelayError`` with its message on stderr and its exit code."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Command], Command]:
+        add = super().command(*args, **kwargs)
+        return lambda command: add(_refusing(command))
+
+
+def _refusing(command: Command) -> Command:
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except OpenRelayError as exc:
+            typer.echo(f"error: {exc.message}", err=True)
+            raise typer.Exit(exit_code(exc.status, exc.code)) from None
+    return cast(Command, run)
+
+
+app = Commands(help="Operate on the store directly: organizations, API keys, webhooks; the live workers.",
+               no_args_is_help=True)
+org_app = Commands(help="Organizations.", no_args_is_help=True)
+key_app = Commands(help="API keys.", no_args_is_help=True)
 app.add_typer(org_app, name="org")
 app.add_typer(key_app, name="key")
 
@@ -69,15 +92,6 @@ def _accounts() -> Accounts:
     return _state["accounts"]
 
 
-def _print(data: Any) -> None:
-    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
-
-
-def _fail(exc: OpenRelayError) -> None:
-    typer.echo(f"error: {exc.message}", err=True)
-    raise typer.Exit(exit_code(exc.status, exc.code))
-
-
 def _key_view(key: ApiKey) -> dict[str, Any]:
     left = key.budget_left()
     return {"id": key.id, "org_id": key.org_id, "prefix": key.prefix, "scopes": sorted(key.scopes),
@@ -95,17 +109,14 @@ def _usd(nano: int | None) -> float | None:
 @org_app.command("create")
 def org_create(name: str) -> None:
     """Create an organization."""
-    try:
-        org = _accounts().create_org(name)
-    except OpenRelayError as exc:
-        _fail(exc)
-    _print({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
+    org = _accounts().create_org(name)
+    print_json({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
 
 
 @org_app.command("list")
 def org_list() -> None:
     """List organizations."""
-    _print([{"id": o.id, "name": o.name, "expedited": o.expedited_enabled} for o in _accounts().list_orgs()])
+    print_json([{"id": o.id, "name": o.name, "expedited": o.expedited_enabled} for o in _accounts().list_orgs()])
 
 
 @org_app.command("set")
@@ -113,11 +124,8 @@ def org_set(name: str, expedited: Annotated[str, typer.Option(help="on or off")]
     """Turn an organization's feature switches on or off."""
     if expedited not in ("on", "off"):
         raise typer.BadParameter("--expedited takes on or off")
-    try:
-        org = _accounts().set_expedited(name, expedited == "on")
-    except OpenRelayError as exc:
-        _fail(exc)
-    _print({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
+    org = _accounts().set_expedited(name, expedited == "on")
+    print_json({"id": org.id, "name": org.name, "expedited": org.expedited_enabled})
 
 
 @key_app.command("create")
@@ -130,24 +138,18 @@ def key_create(
     """Create a key; prints only the new secret on stdout (it is shown once)."""
     if hard_budget and budget_usd is None:
         raise typer.BadParameter("--hard-budget needs --budget-usd: a hard budget is a budget")
-    try:
-        accounts = _accounts()
-        budget = None if budget_usd is None else _nano_usd(str(budget_usd))
-        _key, secret = accounts.create_key(accounts.org_by_name(org).id,
-                                           scopes=tuple(s.strip() for s in scopes.split(",") if s.strip()),
-                                           budget_nano_usd=budget, hard_budget=hard_budget)
-    except OpenRelayError as exc:
-        _fail(exc)
+    accounts = _accounts()
+    budget = None if budget_usd is None else _nano_usd(str(budget_usd))
+    _key, secret = accounts.create_key(accounts.org_by_name(org).id,
+                                       scopes=tuple(s.strip() for s in scopes.split(",") if s.strip()),
+                                       budget_nano_usd=budget, hard_budget=hard_budget)
     typer.echo(secret)
 
 
 @key_app.command("show")
 def key_show(key_id: str) -> None:
     """One key: scopes, budget, what it has spent, what its running batches reserved, and what is left."""
-    try:
-        _print(_key_view(_accounts().key(key_id)))
-    except OpenRelayError as exc:
-        _fail(exc)
+    print_json(_key_view(_accounts().key(key_id)))
 
 
 @key_app.command("set-budget")
@@ -163,14 +165,11 @@ def key_set_budget(
     budget = None if budget_usd is None or budget_usd.strip().lower() == "none" else _nano_usd(budget_usd)
     if hard_budget and budget_usd is not None and budget is None:
         raise typer.BadParameter("--hard-budget needs a budget, not 'none'")
-    try:
-        accounts = _accounts()
-        if budget_usd is None:
-            _print(_key_view(accounts.set_hard_budget(key_id, bool(hard_budget))))
-        else:
-            _print(_key_view(accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
-    except OpenRelayError as exc:
-        _fail(exc)
+    accounts = _accounts()
+    if budget_usd is None:
+        print_json(_key_view(accounts.set_hard_budget(key_id, bool(hard_budget))))
+    else:
+        print_json(_key_view(accounts.set_budget(key_id, budget, hard_budget=hard_budget)))
 
 
 def _nano_usd(usd: str) -> int:
@@ -192,21 +191,15 @@ _MAX_BUDGET_USD = 10**9  # 10^18 nano-USD: fits the store's 64-bit integers with
 @key_app.command("list")
 def key_list(org: Annotated[str | None, typer.Option(help="Only this organization's keys.")] = None) -> None:
     """List keys (never their secrets)."""
-    try:
-        accounts = _accounts()
-        org_id = accounts.org_by_name(org).id if org else None
-        _print([_key_view(k) for k in accounts.list_keys(org_id)])
-    except OpenRelayError as exc:
-        _fail(exc)
+    accounts = _accounts()
+    org_id = accounts.org_by_name(org).id if org else None
+    print_json([_key_view(k) for k in accounts.list_keys(org_id)])
 
 
 @key_app.command("revoke")
 def key_revoke(key_id: str) -> None:
     """Revoke a key by id; it stops working at once."""
-    try:
-        _print(_key_view(_accounts().revoke_key(key_id)))
-    except OpenRelayError as exc:
-        _fail(exc)
+    print_json(_key_view(_accounts().revoke_key(key_id)))
 
 
 # -- webhooks ------------------------------------------------------------------------------------------------------
@@ -219,4 +212,4 @@ def workers_list() -> None:
     from ..store.workers import WorkerRegistry
 
     _accounts()  # opens the store
-    _print([dataclasses.asdict(w) for w in WorkerRegistry(_state["db"]).live()])
+    print_json([dataclasses.asdict(w) for w in WorkerRegistry(_state["db"]).live()])

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..errors import OpenRelayError
-from .admin import _accounts, _fail, _print, _state, admin_settings
+from .admin import Commands, _accounts, _state, admin_settings
+from .http import print_json
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["webhook_app"]
 
-webhook_app = typer.Typer(help="Webhook endpoints of organizations, and their delivery log.", no_args_is_help=True)
+webhook_app = Commands(help="Webhook endpoints of organizations, and their delivery log.", no_args_is_help=True)
 
 CatalogOption = Annotated[Path | None, typer.Option(
     "--catalog", help="The catalog of `orl serve`, for its [webhooks] allow (default: the built-in one, which "
@@ -69,12 +69,9 @@ def webhook_add(
     """Register an endpoint; prints only its signing secret (whsec_...) on stdout (it is shown once)."""
     from ..service.webhooks import event_types, register_endpoint
 
-    try:
-        subscribed = None if events is None else event_types([e.strip() for e in events.split(",")])
-        endpoint, secret = register_endpoint(_endpoints(), _catalog(catalog), _accounts().org_by_name(org).id, url,
-                                             subscribed)
-    except OpenRelayError as exc:
-        _fail(exc)
+    subscribed = None if events is None else event_types([e.strip() for e in events.split(",")])
+    endpoint, secret = register_endpoint(_endpoints(), _catalog(catalog), _accounts().org_by_name(org).id, url,
+                                         subscribed)
     typer.echo(f"webhook endpoint {endpoint.id} of {org}: {endpoint.url}", err=True)
     typer.echo(secret)
 
@@ -83,24 +80,18 @@ def webhook_add(
 def webhook_list(org: Annotated[str | None, typer.Option(help="Only this organization's endpoints.")] = None,
                  ) -> None:
     """List endpoints (never their secrets)."""
-    try:
-        accounts = _accounts()
-        org_id = accounts.org_by_name(org).id if org else None
-        names = {o.id: o.name for o in accounts.list_orgs()}
-        _print([{**e.as_api(), "org_id": e.org_id, "org": names.get(e.org_id)}
-                for e in _endpoints().list_endpoints(org_id)])
-    except OpenRelayError as exc:
-        _fail(exc)
+    accounts = _accounts()
+    org_id = accounts.org_by_name(org).id if org else None
+    names = {o.id: o.name for o in accounts.list_orgs()}
+    print_json([{**e.as_api(), "org_id": e.org_id, "org": names.get(e.org_id)}
+            for e in _endpoints().list_endpoints(org_id)])
 
 
 @webhook_app.command("remove")
 def webhook_remove(endpoint_id: str) -> None:
     """Remove an endpoint by id: nothing more is sent to it, its pending deliveries end; its log stays."""
-    try:
-        removed = _endpoints().remove_endpoint(endpoint_id)
-    except OpenRelayError as exc:
-        _fail(exc)
-    _print({**removed.as_api(), "org_id": removed.org_id, "removed": True})
+    removed = _endpoints().remove_endpoint(endpoint_id)
+    print_json({**removed.as_api(), "org_id": removed.org_id, "removed": True})
 
 
 @webhook_app.command("test")
@@ -109,11 +100,8 @@ def webhook_test(endpoint_id: str, catalog: CatalogOption = None) -> None:
     2xx. Logged like every delivery; not retried."""
     from ..service.webhooks import send_test_event
 
-    try:
-        attempt = send_test_event(_endpoints(), _outbox(), _log(), _catalog(catalog), admin_settings(), endpoint_id)
-    except OpenRelayError as exc:
-        _fail(exc)
-    _print(attempt.as_json())
+    attempt = send_test_event(_endpoints(), _outbox(), _log(), _catalog(catalog), admin_settings(), endpoint_id)
+    print_json(attempt.as_json())
     if attempt.outcome != "delivered":
         raise typer.Exit(1)
 
@@ -124,10 +112,7 @@ def webhook_rotate(endpoint_id: str) -> None:
     old and the new secret for OPENRELAY_WEBHOOK_ROTATION_OVERLAP_SECONDS (24 h), then by the new one only."""
     from ..service.webhooks import rotate_secret
 
-    try:
-        rotated = rotate_secret(_endpoints(), admin_settings(), endpoint_id)
-    except OpenRelayError as exc:
-        _fail(exc)
+    rotated = rotate_secret(_endpoints(), admin_settings(), endpoint_id)
     typer.echo(f"webhook endpoint {endpoint_id}: new secret; the old one also signs until "
                f"{rotated['previous_secret_expires_at']} (seconds since the epoch)", err=True)
     typer.echo(rotated["secret"])
@@ -137,10 +122,7 @@ def webhook_rotate(endpoint_id: str) -> None:
 def webhook_replay(delivery_id: str) -> None:
     """Send a delivery (its id from `log`) again, delivered, given up or not: a new attempt with the same
     webhook-id and body, sent by the workers now and retried like any delivery. Prints the delivery."""
-    try:
-        _print(_log().replay_delivery(delivery_id).as_api())
-    except OpenRelayError as exc:
-        _fail(exc)
+    print_json(_log().replay_delivery(delivery_id).as_api())
 
 
 @webhook_app.command("log")
@@ -151,9 +133,6 @@ def webhook_log(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="Attempts to show.")] = 100,
 ) -> None:
     """The delivery log: every attempt, newest first, with its answer or why there was none."""
-    try:
-        org_id = _accounts().org_by_name(org).id if org else None
-        _print([a.as_json() for a in _log().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
-                                                         limit=limit)])
-    except OpenRelayError as exc:
-        _fail(exc)
+    org_id = _accounts().org_by_name(org).id if org else None
+    print_json([a.as_json() for a in _log().attempts(org_id=org_id, endpoint_id=endpoint, event_id=event,
+                                                     limit=limit)])

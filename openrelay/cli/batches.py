@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from openrelay.cli.create import create, parse_pairs
 from openrelay.cli.http import ApiClient, print_json, run, say
@@ -89,18 +89,10 @@ def live_numbers(batch: dict[str, Any]) -> str:
     return "  ".join(shown)
 
 
-def _draw(progress: Progress, task: TaskID, batch: dict[str, Any]) -> None:
+def _counts(batch: dict[str, Any]) -> tuple[int, int]:
+    """(records settled, total)."""
     counts = batch.get("request_counts") or {}
-    total = int(counts.get("total") or 0)
-    done = int(counts.get("completed") or 0) + int(counts.get("failed") or 0)
-    # Total is unknown (0) while validating: an indeterminate bar rather than a misleading 0/0.
-    progress.update(task, total=total or None, completed=done, description=_describe(batch),
-                    live=live_numbers(batch))
-
-
-def _counted(batch: dict[str, Any]) -> str:
-    counts = batch.get("request_counts") or {}
-    return f"{int(counts.get('completed') or 0) + int(counts.get('failed') or 0)}/{int(counts.get('total') or 0)}"
+    return int(counts.get("completed") or 0) + int(counts.get("failed") or 0), int(counts.get("total") or 0)
 
 
 @app.command()
@@ -118,9 +110,12 @@ def wait(
             task = progress.add_task(batch_id, total=None, live="")
             said = ""
             while True:
-                _draw(progress, task, batch)
+                done, total = _counts(batch)
+                # Total is unknown (0) while validating: an indeterminate bar rather than a misleading 0/0.
+                progress.update(task, total=total or None, completed=done, description=_describe(batch),
+                                live=live_numbers(batch))
                 if not progress.console.is_terminal:  # no live bar (a log, a pipe): a line whenever it changes
-                    line = f"{_describe(batch)}  {_counted(batch)}  {live_numbers(batch)}".rstrip()
+                    line = f"{_describe(batch)}  {done}/{total}  {live_numbers(batch)}".rstrip()
                     if line != said:
                         say(line)
                         said = line

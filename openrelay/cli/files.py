@@ -27,11 +27,7 @@ def upload(
     purpose: Annotated[str, typer.Option(help="File purpose.")] = "batch",
 ) -> None:
     """Upload a file (streamed from disk) and print the file object."""
-
-    def body(client: ApiClient) -> None:
-        print_json(client.upload(path, purpose))
-
-    run(body)
+    run(lambda client: print_json(client.upload(path, purpose)))
 
 
 @app.command("list")

@@ -137,7 +137,7 @@ class ApiClient:
             raise BadResponse(f"{method} {path} answered {resp.status_code}, not JSON: {exc}") from exc
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
-        return self.request("GET", path, params=_drop_none(params or {}))
+        return self.request("GET", path, params={k: v for k, v in (params or {}).items() if v is not None})
 
     def post(self, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> Any:
         # orjson bytes are sent as they are, so an idempotent retry can reproduce the exact same body.
@@ -210,10 +210,6 @@ class ApiClient:
             part.replace(dest)
         finally:
             part.unlink(missing_ok=True)
-
-
-def _drop_none(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v is not None}
 
 
 def print_json(obj: Any) -> None:

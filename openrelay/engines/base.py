@@ -1,9 +1,5 @@
-"""The engine interface: send one request body to a model server, get its HTTP-like answer back.
-
-An engine answers every request it could deliver with an ``EngineReply`` (any status); it raises
-``EngineUnavailable`` only when no answer came (connection refused, process gone; ``EngineTimedOut``: none within
-its timeout). Deciding what to retry is the worker's business, not the engine's.
-"""
+"""The engine interface: send one request body to a model server, get its HTTP-like answer back (``EngineReply``,
+any status); ``EngineUnavailable`` only when no answer came. What to retry is the worker's business."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ model file that is not there stops ``orl serve`` with a clear message instead of
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,10 +13,11 @@ from urllib.parse import urlsplit
 from ..catalog import MESSAGES, Catalog, ModelSpec
 from ..errors import CatalogError
 from .base import Engine
+from .load_metrics import MetricsReader, check_load_knobs, metrics_urls
 from .messages_chat import MessagesOverChat
 from .packaged import packaged_file
 
-__all__ = ["build_engine", "build_replicas", "base_urls", "check_engines", "ENGINE_KINDS"]
+__all__ = ["build_engine", "build_replicas", "base_urls", "check_engines", "load_readers", "ENGINE_KINDS"]
 
 
 def base_urls(config: dict[str, Any]) -> list[str]:
@@ -45,6 +47,7 @@ def _check_openai(config: dict[str, Any]) -> None:
     for name in ("timeout_seconds", "connect_timeout_seconds"):
         if name in config and not (isinstance(config[name], int | float) and config[name] > 0):
             raise ValueError(f"{name} must be a positive number")
+    check_load_knobs(config, base_urls(config))
 
 
 def _model_file(config: dict[str, Any], name: str) -> None:
@@ -129,12 +132,20 @@ def build_replicas(spec: ModelSpec) -> list[tuple[str, Engine]]:
     return replicas
 
 
-def build_engine(spec: ModelSpec) -> Engine:
-    kind = spec.engine.get("kind")
-    if kind == "openai":
-        from .openai_http import OpenAIEngine
+def load_readers(spec: ModelSpec) -> list[MetricsReader]:
+    """With ``load_metrics``, a reader of each replica's metrics, in ``build_replicas``' order; else none."""
+    dialect = spec.engine.get("load_metrics")
+    if dialect is None or spec.engine.get("kind") != "openai":
+        return []
+    key = os.environ.get(spec.engine.get("api_key_env") or "")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return [MetricsReader(url, dialect, headers, timeout=1.0)
+            for url in metrics_urls(spec.engine, base_urls(spec.engine))]
 
-        return OpenAIEngine(spec.engine, max_connections=spec.concurrency * spec.slots)
+
+def build_engine(spec: ModelSpec) -> Engine:
+    """The one engine of a model not reached over HTTP (``build_replicas`` builds those)."""
+    kind = spec.engine.get("kind")
     if kind == "llama-cpp":
         from .llama_chat import LlamaServerEngine
 

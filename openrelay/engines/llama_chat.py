@@ -1,10 +1,6 @@
 """``kind = "llama-cpp"``: a GGUF chat model on the llama-server this process supervises (``llama_child``), on chat
-completions, text completions and the Responses API (read as a chat: ``responses_local``).
-
-Each record is checked here before it is sent, as an OpenAI server checks it: a field of the wrong type is a 400
-naming it (llama-server would quietly use its default instead), and only OpenAI's fields go on, so none of
-llama-server's own (``n_predict``, ``grammar``...) can take a record past the bounds ``worst_case`` holds for it.
-"""
+completions, text completions and the Responses API (``responses_local``). Each record is checked here as an OpenAI
+server checks it, and only OpenAI's fields go on (docs/builtin-models.md)."""
 
 from __future__ import annotations
 

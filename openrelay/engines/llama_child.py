@@ -1,8 +1,6 @@
 """The llama-server behind each ``kind = "llama-cpp"`` model: a child process of `orl serve` / `orl worker`, started
-with the process, restarted when it dies, stopped with it (and killed by the kernel when its parent is killed:
-``PR_SET_PDEATHSIG``). Calls reach it over HTTP like any remote engine (``OpenAIEngine``); its continuous batching,
-prefix cache and ``/metrics`` come with it. Why and how: docs/engines.md, "The built-in chat model's llama-server".
-"""
+with it, restarted when it dies, killed with it (``PR_SET_PDEATHSIG``), reached over HTTP like any remote engine.
+Why and how: docs/engines.md, "The built-in chat model's llama-server"."""
 
 from __future__ import annotations
 

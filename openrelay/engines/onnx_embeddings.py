@@ -1,8 +1,6 @@
-"""``kind = "onnx-embeddings"``: a sentence-embedding model (a BERT-style ONNX export) run in-process by onnxruntime,
-its vectors what sentence-transformers computes (mean pooling over the real tokens, L2-normalised, inputs cut at
-``max_input_tokens``). One session per engine, loaded on the first call and shared by at most ``concurrency`` runs
-of one thread each, on the engine's own threads (``EngineThreads``). The vectors, the usage rule and the threads:
-docs/builtin-models.md, "openrelay/minilm-l6" and "Threads and memory"."""
+"""``kind = "onnx-embeddings"``: a sentence-embedding model (a BERT-style ONNX export) run in-process by
+onnxruntime, its vectors what sentence-transformers computes, on the engine's own threads (``EngineThreads``). The
+vectors, the usage rule and the threads: docs/builtin-models.md, "openrelay/minilm-l6" and "Threads and memory"."""
 
 from __future__ import annotations
 

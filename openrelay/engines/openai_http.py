@@ -1,9 +1,5 @@
-"""``kind = "openai"``: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, TGI, Ollama) over HTTP.
-
-The HTTP client is pyreqwest (Rust's reqwest and hyper): connections, HTTP parsing and timeouts run in Rust off
-the GIL. Against the zero-latency test engine it spent 69 µs of CPU per request where aiohttp, the quickest
-asyncio client measured before it, spent 90 (docs/benchmarks.md).
-"""
+"""``kind = "openai"``: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, TGI, Ollama) over HTTP, with
+pyreqwest (Rust's reqwest: connections, parsing and timeouts off the GIL; why: docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -31,6 +27,9 @@ class OpenAIEngine:
         self.served_model = config.get("served_model")
         # Ollama's and llama-cpp-python's servers read max_tokens and silently ignore max_completion_tokens.
         self.legacy_max_tokens = bool(config.get("legacy_max_tokens", False))
+        # Sent as every call's ``priority`` (a record's own is replaced): an engine that schedules by priority
+        # serves interactive requests (priority 0) first (docs/engines.md, "Sharing an engine ...").
+        self.priority = config.get("engine_priority")
         self.headers = {"content-type": "application/json"}
         key_env = config.get("api_key_env")
         if key_env and os.environ.get(key_env):
@@ -58,6 +57,8 @@ class OpenAIEngine:
             body = {**body, "model": self.served_model}
         if self.legacy_max_tokens and "max_completion_tokens" in body and "max_tokens" not in body:
             body = {**body, "max_tokens": body["max_completion_tokens"]}
+        if self.priority is not None:
+            body = {**body, "priority": self.priority}
         try:
             # msgspec writes integers of any size with every digit (orjson refuses those past 64 bits).
             payload = _encode(body)

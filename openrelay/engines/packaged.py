@@ -1,8 +1,5 @@
-"""Model files shipped inside installed Python packages: how a catalog names them.
-
-The built-in models come from PyPI packages (pip is the one download the set-up makes; nothing is fetched at run
-time), so the catalog names a file as ``package:relative/path`` and this finds it without importing the package.
-"""
+"""Model files shipped inside installed Python packages (pip is the one download; nothing is fetched at run time):
+the catalog names one ``package:relative/path``, found here without importing the package."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``kind = "rapidocr"``: OCR as a chat model, run in-process by RapidOCR (PP-OCR models on onnxruntime). It reads
-the base64 data URLs of the last user message (it fetches nothing) and answers their text line by line; usage
-counts ``IMAGE_TOKENS`` per image and a quarter of the characters of the texts. One pipeline per engine, shared by
-at most ``concurrency`` runs on the engine's own threads (``EngineThreads``), where the images are decoded too; an
-image over ``max_image_pixels`` is refused from its header, before its pixels are decoded. The rules:
-docs/builtin-models.md, "openrelay/rapidocr" and "Threads and memory"."""
+"""``kind = "rapidocr"``: OCR as a chat model, run in-process by RapidOCR on the engine's own threads: the text of
+the base64 data URLs of the last user message (it fetches nothing), line by line. The rules: docs/builtin-models.md,
+"openrelay/rapidocr" and "Threads and memory"."""
 
 from __future__ import annotations
 

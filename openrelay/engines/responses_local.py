@@ -1,14 +1,6 @@
 """The Responses API (``/v1/responses``) for the built-in chat model: a request read as a chat, the chat's
-completion written back as a Response object.
-
-What a local chat model can honour is honoured: ``input`` as a string or a list of messages (roles user, system,
-developer, assistant; string content or ``input_text`` / ``output_text`` parts), ``instructions`` (a system
-message before the input), ``max_output_tokens``, ``temperature``, ``top_p``, and ``metadata``, echoed. Fields that
-ask for what it cannot do (tools, reasoning, stored or background responses, earlier responses, images and files)
-make the record a 400 naming the field, never silently dropped. Fields that change nothing here (``user``,
-``service_tier``, ``store: false``...) are accepted. Any other field is refused as an OpenAI server refuses an
-unknown parameter.
-"""
+completion written back as a Response object. A field asking for what a local model cannot do is a 400 naming it,
+never silently dropped; which fields are which: docs/builtin-models.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Every answer's request id: ``x-request-id`` (what the ``openai`` SDK reads) and ``request-id`` (the ``anthropic``
 SDK's), the same id in the access log, in a 5xx's message and, when tracing, on the request's span (FastAPI's own,
-from the tracer provider ``openrelay/tracing.py`` sets)."""
+from the tracer provider ``openrelay/tracing.py`` sets). The access log: one line per request answered, who asked
+what and how it went, never a key, a query string or a body."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -12,9 +14,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import tracing
 from ..ids import new_request_id
-from .access_log import log_answer
 
-__all__ = ["RequestIds", "request_id_of", "id_headers"]
+__all__ = ["RequestIds", "request_id_of", "id_headers", "note_org"]
+
+log = logging.getLogger("openrelay.access")
 
 
 def request_id_of(scope: Mapping[str, Any]) -> str | None:
@@ -55,4 +58,17 @@ class RequestIds:
             await self.app(scope, receive, send_with_id)
         finally:
             if self.access_log:
-                log_answer(scope, status, time.perf_counter() - started)
+                _log_answer(scope, status, time.perf_counter() - started)
+
+
+def note_org(scope: Scope, org_id: str) -> None:
+    """Tell the access log which organization the request is for (once its key or session is known)."""
+    scope.setdefault("state", {})["org"] = org_id
+
+
+def _log_answer(scope: Scope, status: int, seconds: float) -> None:
+    """``GET /v1/batches/batch_x 200 3.1ms org=org_y request_id=req_z``: status ``-`` where no answer began (the
+    client went away, or the app raised through), ``org=-`` where no key or session was accepted."""
+    state = scope.get("state", {})
+    log.info("%s %s %s %.1fms org=%s request_id=%s", scope["method"], scope["path"], status or "-", seconds * 1000,
+             state.get("org", "-"), state.get("request_id", "-"))

@@ -1,11 +1,6 @@
 """Who is calling, and may they? 401 for no or an unknown key, 403 for a missing scope, 402 for a used-up budget.
-
-Reads may use a key as the store showed it up to ``key_cache_seconds`` ago (``KeyCache.cached``), so that a poll
-costs one database round trip, not two. The bound is a TTL, not a signal: a key revoked by any process on any
-machine (``orl admin key revoke``) stops working here at most that long after the revoke commits, with nothing
-sent between processes. Everything that writes reads the key fresh (``KeyCache.authenticate``): a create sees the
-key's spend as it is now, and a revoked key never writes again.
-"""
+Reads may use a key as the store showed it up to ``key_cache_seconds`` ago (``KeyCache.cached``: one round trip a
+poll, and a revoke felt within that time, docs/api-contract.md §2); every write reads the key fresh."""
 
 from __future__ import annotations
 

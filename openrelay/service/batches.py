@@ -9,10 +9,9 @@ from ..store.batch_search import BatchQuery, search
 from ..store.batches import Batches
 from ..types import ApiKey, Batch, BatchStatus, Scope
 from .auth import require
-from .bodies import json_object
+from .bodies import json_object, list_page
 from .create import create_batch
 from .create_body import check_metadata
-from .pages import list_page
 
 # create_batch is the create's (service/create.py), named here too for the API and the dashboard, which call it
 # as batch_service.create_batch beside this module's reads.

@@ -1,4 +1,4 @@
-"""Request bodies of the JSON routes, read one way."""
+"""Bodies of the JSON routes, read one way, and the OpenAI list envelope every list answers in."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import orjson
 
 from ..errors import InvalidRequest
 
-__all__ = ["json_object", "reject_unrecognized", "unrecognized_argument", "SHOWN_ARGUMENT"]
+__all__ = ["json_object", "reject_unrecognized", "unrecognized_argument", "SHOWN_ARGUMENT", "list_page"]
 
 SHOWN_ARGUMENT = 256  # an unknown field's name is echoed up to this many characters, "..." included
 
@@ -36,3 +36,8 @@ def reject_unrecognized(body: dict[str, Any], known: Collection[str]) -> None:
     for name in body:
         if name not in known:
             raise unrecognized_argument(name)
+
+
+def list_page(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
+            "last_id": items[-1]["id"] if items else None, "has_more": has_more}

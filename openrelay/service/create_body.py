@@ -12,8 +12,8 @@ from ..errors import InvalidRequest
 from ..types import Priority
 from .bodies import unrecognized_argument
 
-__all__ = ["WINDOWS", "CREATE_FIELDS", "UNSUPPORTED_FIELDS", "decode_create_body", "check_create_fields",
-           "check_metadata"]
+__all__ = ["WINDOWS", "CREATE_FIELDS", "UNSUPPORTED_FIELDS", "decode_create_body", "decode_fields",
+           "check_create_fields", "check_metadata"]
 
 WINDOWS = ("24h",)
 # The top-level fields of a create; any other is refused by name (OpenAI's "Unrecognized request argument").
@@ -35,14 +35,8 @@ def decode_create_body(raw: bytes) -> dict[str, Any]:
     the request holds reaches the engine as sent (big integers keep their digits, nesting stays as deep).
     An unknown field is kept undecoded: ``check_create_fields`` refuses it by name.
     """
-    try:
-        fields = _decode_fields(raw)
-    except msgspec.ValidationError:
-        raise InvalidRequest("request body must be a JSON object") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {_body_problem(raw, exc)}") from None
     body: dict[str, Any] = {}
-    for name, value in fields.items():
+    for name, value in decode_fields(raw).items():
         if name == "requests":
             try:
                 body[name] = _decode_requests(value)
@@ -57,6 +51,16 @@ def decode_create_body(raw: bytes) -> dict[str, Any]:
         else:
             body[name] = value
     return body
+
+
+def decode_fields(raw: bytes) -> dict[str, msgspec.Raw]:
+    """The fields of the JSON object ``raw``, each as its bytes; or the 400 that says why it is not one."""
+    try:
+        return _decode_fields(raw)
+    except msgspec.ValidationError:
+        raise InvalidRequest("request body must be a JSON object") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {_body_problem(raw, exc)}") from None
 
 
 def _reason(exc: BaseException) -> str:

@@ -12,20 +12,14 @@ from ..store.batch_search import BatchQuery, Summary, search, summarize
 from ..store.db import Database
 from ..store.files import Files, FileUses
 from ..types import SHOWN_STATUSES, ApiKey, Batch, BatchStatus, Priority, Scope
-from ..types import shown_status as _shown_status
 from .auth import require
 from .endpoint_guess import served_endpoints
 
-__all__ = ["BatchQuery", "BatchPage", "SHOWN_STATUSES", "shown_status", "list_batch_page", "create_options",
+__all__ = ["BatchQuery", "BatchPage", "SHOWN_STATUSES", "list_batch_page", "create_options",
            "CreateOptions", "file_uses", "FileUses"]
 
 _FILTER_STATUSES = frozenset(SHOWN_STATUSES) | {BatchStatus.IN_PROGRESS.value}
 MAX_PAGE = 100
-
-
-def shown_status(batch: Batch) -> str:
-    """The status as the dashboard reads it: queued and running apart (``types.shown_status``)."""
-    return _shown_status(batch.status, batch.in_progress_at)
 
 
 @dataclass(frozen=True, kw_only=True)

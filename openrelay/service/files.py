@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
-from ..blobs.base import BlobStore, BlobWriter
+from ..blobs.base import BlobStore, BlobWriter, iter_bytes
 from ..blobs.keys import file_key
 from ..errors import InvalidRequest, PayloadTooLarge, RangeNotSatisfiable
 from ..ids import new_file_id
@@ -13,8 +13,8 @@ from ..runtime import Runtime
 from ..store.files import Files
 from ..types import ApiKey, FileRecord, Scope
 from .auth import require
+from .bodies import list_page
 from .expiry import upload_expiry
-from .pages import list_page
 from .partial_results import PartialFile, parse_result_file_id, partial_file, read_partial
 
 __all__ = ["Upload", "list_files", "get_file", "file_content", "delete_file", "upload_too_large", "PURPOSES"]
@@ -109,16 +109,7 @@ def file_content(rt: Runtime, key: ApiKey, file_id: str, span: Callable[[int], t
     if isinstance(record, PartialFile):
         return record, part, _cut(read_partial(rt.blobs, record, start), stop - start)
     rt.blobs.size(record.blob_key)  # a missing blob fails here, before a response has started
-    if part is None:
-        return record, part, rt.blobs.iter_bytes(record.blob_key)
-    return record, part, _cut(_bytes_from(rt.blobs, record.blob_key, start), stop - start)
-
-
-def _bytes_from(blobs: BlobStore, blob_key: str, start: int) -> Iterator[bytes]:
-    with blobs.open(blob_key) as handle:
-        handle.seek(start)
-        while piece := handle.read(1 << 16):
-            yield piece
+    return record, part, _cut(iter_bytes(rt.blobs, record.blob_key, start), stop - start)
 
 
 def _cut(pieces: Iterator[bytes], length: int) -> Iterator[bytes]:

@@ -1,11 +1,6 @@
-"""Anthropic's Message Batches (``/v1/messages/batches``) on OpenRelay batches of the ``/v1/messages`` endpoint.
-
-A create becomes an ordinary inline create (``service/create.py``: the same store, queue, budgets, idempotency and
-webhooks), each request ``{custom_id, params}`` a record whose body is its params; a record the create rejects is
-that request's ``errored`` result. The batch and its result lines are shown in Anthropic's shapes here; the
-OpenAI routes, the dashboard and ``orl`` show the same batch as any other. docs/api-contract.md, "Anthropic's
-Message Batches".
-"""
+"""Anthropic's Message Batches (``/v1/messages/batches``) on OpenRelay batches of the ``/v1/messages`` endpoint: a
+create becomes an ordinary inline create, and the batch and its result lines are shown in Anthropic's shapes at read
+time (docs/design.md, "Anthropic's Message Batches"; docs/api-contract.md §14)."""
 
 from __future__ import annotations
 
@@ -17,6 +12,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from ..blobs.base import iter_bytes
 from ..catalog import MESSAGES
 from ..errors import Conflict, InvalidRequest, anthropic_error, no_such
 from ..lifecycle import End
@@ -24,6 +20,7 @@ from ..runtime import Runtime
 from ..types import TERMINAL, ApiKey, Batch, BatchStatus, Scope
 from .auth import require
 from .create import create_batch
+from .create_body import decode_fields
 
 __all__ = ["create_message_batch", "get_message_batch", "list_message_batches", "cancel_message_batch",
            "delete_message_batch", "message_batch_results", "result_line"]
@@ -48,12 +45,7 @@ def create_message_batch(rt: Runtime, key: ApiKey, raw: bytes, idempotency_key: 
 def _openai_create(raw: bytes) -> bytes:
     """The inline create of ``POST /v1/batches`` that a message batch create stands for, as bytes. Each request's
     ``custom_id`` and ``params`` keep their bytes: the create judges them as it judges any record."""
-    try:
-        fields = _decode_object(raw)
-    except msgspec.ValidationError:
-        raise InvalidRequest("request body must be a JSON object") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    fields = decode_fields(raw)
     for name in fields:
         if name != "requests":
             raise InvalidRequest(f"{name}: Extra inputs are not permitted", param=name)
@@ -146,7 +138,7 @@ def message_batch_results(rt: Runtime, key: ApiKey, batch_id: str) -> Iterator[b
 def _results(rt: Runtime, blob_keys: list[str]) -> Iterator[bytes]:
     for blob_key in blob_keys:
         rest = b""
-        for chunk in rt.blobs.iter_bytes(blob_key):
+        for chunk in iter_bytes(rt.blobs, blob_key):
             *lines, rest = (rest + chunk).split(b"\n")
             yield b"".join(orjson.dumps(result_line(orjson.loads(line))) + b"\n" for line in lines if line)
         if rest.strip():

@@ -1,9 +1,6 @@
-"""Who may read ``GET /metrics``: anyone, unless the operator set a metrics token (``orl serve --metrics-token``
-or ``OPENRELAY_METRICS_TOKEN``); then only a request carrying ``Authorization: Bearer <token>``.
-
-The metrics show model names, fleet-wide queue depths and process memory: not an organization's data, yet not
-for the public either. The token is the operator's, not an API key: no organization owns it and no key opens
-the metrics."""
+"""Who may read ``GET /metrics``: anyone, unless the operator set a metrics token (``--metrics-token``,
+``OPENRELAY_METRICS_TOKEN``); then only ``Authorization: Bearer <token>``. The token is the operator's: no API key
+opens the metrics, which show model names, queue depths and process memory."""
 
 from __future__ import annotations
 

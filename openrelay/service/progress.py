@@ -1,16 +1,6 @@
-"""Live progress numbers on the batch object: its ``openrelay`` object (docs/api-contract.md §6).
-
-``queue_position`` while the batch is queued (1: the next batch of its model a free slot takes, in the claims'
-own order, see ``store.queue``); ``records_per_second`` and ``tokens_per_second`` over the last minute while it
-runs (records settled, done or failed, and their tokens, input and output, as they became durable), divided by the
-last minute or by the time since it started running when that is shorter; ``eta_seconds`` while it runs: the
-records left at that rate; ``concurrency_limit`` while it runs: the adaptive limit its worker last wrote
-(``Batches.set_concurrency_limit``). Each is null when unknown: queued, validating, not yet any record durable,
-finished.
-
-Polls stay cheap: a running batch's rates come from its own row (no query); only a queued batch costs a read, one
-per model on a list page.
-"""
+"""Live progress numbers on the batch object: its ``openrelay`` object (docs/api-contract.md §6; what each number
+means, and why a poll stays cheap: docs/progress-and-dry-run.md). A running batch's rates come from its own row;
+only a queued batch's position costs a read, one per model on a list page."""
 
 from __future__ import annotations
 
@@ -28,21 +18,19 @@ from .batches import get_batch, list_batches
 
 __all__ = ["progress_numbers", "batch_answer", "page_answer", "answer", "numbers"]
 
-_RECORDS_MAY_LAND = RECORDS_MAY_LAND_VALUES  # records may still be settling
-_CLAIMABLE = CLAIMABLE_VALUES
-
 
 def progress_numbers(*, status: str, in_progress_at: int | None, total: int, settled: int,
                      state: LiveState | None, now: float) -> dict[str, Any]:
     """The ``openrelay`` object of a batch in ``status``, with ``settled`` of its ``total`` records done or
     failed; ``state`` is its live state (None for a batch that is not live)."""
     numbers = unknown_progress()
-    if state is None or status not in _RECORDS_MAY_LAND:
+    if state is None or status not in RECORDS_MAY_LAND_VALUES:
         return numbers
     if not state.started:
         numbers["queue_position"] = state.position
         return numbers
     numbers["concurrency_limit"] = state.concurrency_limit
+    numbers["yielding"] = state.yielding
     flushed = window_totals(state.window, now) if in_progress_at is not None else None
     if flushed is None or in_progress_at is None:
         return numbers
@@ -64,9 +52,9 @@ def numbers(db: Database, found: Sequence[Batch]) -> dict[str, dict[str, Any]]:
     result = {}
     for batch in found:
         state = None
-        if batch.status.value in _CLAIMABLE:
+        if batch.status.value in CLAIMABLE_VALUES:
             state = LiveState(position=None, started=batch.started, window=batch.throughput_window,
-                              concurrency_limit=batch.concurrency_limit)
+                              concurrency_limit=batch.concurrency_limit, yielding=batch.yielding)
             if not batch.started:
                 state = live.get(batch.id, state)
         result[batch.id] = progress_numbers(status=batch.status.value, in_progress_at=batch.in_progress_at,
@@ -92,7 +80,7 @@ def page_answer(batches: Batches, key: ApiKey, **query: Any) -> dict[str, Any]:
     page = list_batches(batches, key, **query)
     rows: list[dict[str, Any]] = page["data"]
     live: dict[str, LiveState] = {}
-    for model in sorted({row["model"] for row in rows if row["status"] in _CLAIMABLE}):
+    for model in sorted({row["model"] for row in rows if row["status"] in CLAIMABLE_VALUES}):
         live.update(live_of_model(batches.db, model))
     now = seconds()
     for row in rows:

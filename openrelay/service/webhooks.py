@@ -19,8 +19,7 @@ from ..webhooks.delivery import Attempt, WebhookDelivery
 from ..webhooks.network import normalized, webhook_url_problem
 from ..webhooks.signing import new_secret
 from .auth import require
-from .bodies import json_object, reject_unrecognized
-from .pages import list_page
+from .bodies import json_object, list_page, reject_unrecognized
 
 __all__ = ["MAX_ENDPOINTS", "event_types", "register_endpoint", "send_test_event", "rotate_secret",
            "create_webhook", "list_webhooks", "delete_webhook", "rotate_webhook", "list_webhook_deliveries",

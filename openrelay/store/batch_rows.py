@@ -25,7 +25,7 @@ def batch_from_row(row: Row) -> Batch:
     for name in ("metadata", "failure_threshold"):
         if m[name] is not None:
             m[name] = orjson.loads(m[name])
-    m["started"] = bool(m["started"])
+    m["started"], m["yielding"] = bool(m["started"]), bool(m["yielding"])
     return Batch(**m)
 
 

@@ -1,16 +1,7 @@
-"""The dashboard's reads of batches: a page under any mix of its filters, and the summary of the filtered set.
-
-Kept apart from ``batches.py`` (the API's list) and ``leases.py`` (the workers' claims): the dashboard filters on
-more than the API does (several tags, queued apart from running, priority, a created range, text over id and
-metadata), and summarises what it filters. Every condition is SQL; tags are rows of ``batch_tags``
-(store/tags.py), so a page under tag filters reads a tag's index range instead of every batch's metadata text;
-text is found through the text index (store/batch_text.py). The summary reads the counters of ended batches
-(store/ended_counts.py) where they answer the filters, so neither grows with the batches a store keeps.
-
-Which index a page or a summary walks under tag filters is chosen by the same counters (``_walk``): the rarest
-tag's range, or the organization's index of the status or model when that filter keeps fewer batches than any
-tag; every other filter is checked on the rows walked. The answers do not depend on the choice, only the rows read.
-"""
+"""The dashboard's reads of batches: a page under any mix of its filters, and the summary of the filtered set. Every
+condition is SQL; tags are rows (store/tags.py), text goes through its index (store/batch_text.py), the summary
+reads the counters of ended batches (store/ended_counts.py), which also choose the index a page walks (``_walk``):
+the answers never depend on that choice. docs/dashboard.md."""
 
 from __future__ import annotations
 
@@ -159,14 +150,9 @@ def search(db: Database, org_id: str, query: BatchQuery, *, limit: int,
 
 
 def summarize(db: Database, org_id: str, query: BatchQuery) -> Summary:
-    """Counts per shown status and the usage of every batch the filters keep (not just one page).
-
-    Where the counters can answer (``_counted``): the ended batches from ``ended_batch_counts``
-    (store/ended_counts.py) plus an aggregate of the organization's batches not yet ended, through the index of
-    (org_id, status). Otherwise (text, several tags, a created range not in whole UTC days): an aggregate of the
-    matching batches, found through their index (``_walk``: the rarest tag's range, or the status's or model's;
-    the text index). One snapshot for both
-    halves, so a batch that ends meanwhile is counted once."""
+    """Counts per shown status and the usage of every batch the filters keep (not just one page): the counters
+    plus the live batches where they can answer (``_counted``), else an aggregate of the matching batches (``_walk``).
+    One snapshot for both halves, so a batch that ends meanwhile is counted once."""
     summary = Summary()
     if _impossible(query):
         return summary

@@ -1,21 +1,6 @@
-"""The dashboard's text search (``q``) through an index: what the baseline migration's hook creates, and the
-condition a search uses.
-
-The meaning stays what it was as a scan: a case-insensitive substring of the batch id or of the metadata's
-stored JSON text (keys and values, as ``_json_spelling`` spells the text there). The index only narrows the rows
-that condition is checked on:
-
-- PostgreSQL: two pg_trgm GIN indexes, on ``lower(id)`` and ``lower(metadata)``, which serve the very ``LIKE``
-  conditions of the scan (``CREATE EXTENSION IF NOT EXISTS pg_trgm``: a trusted extension, which the database's
-  owner may create).
-- SQLite: ``batch_text``, an FTS5 table with the trigram tokenizer over ``batches``' own text (external content,
-  keyed by its rowid), kept in step by triggers on every insert, metadata update and delete of a batch. A
-  trigram match is a case-insensitive substring match (Unicode case folding: a superset of SQLite's ASCII
-  ``lower``), so the batches it finds are checked with the scan's ``LIKE`` too, and the answer is the scan's.
-
-A text of fewer than 3 characters has no trigram: it is the scan's ``LIKE`` alone, over the organization's
-batches (on both stores), which grows with them.
-"""
+"""The dashboard's text search (``q``) through an index (PostgreSQL: pg_trgm GIN indexes; SQLite: an FTS5 trigram
+table kept by triggers), which only narrows the rows the scan's ``LIKE`` is checked on, so the answer is the scan's.
+A text under 3 characters has no trigram: the ``LIKE`` alone. docs/deploy.md, "A store a year old"."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """Hard budgets, opt-in per key: reserve a batch's maximum cost when it is created, turn the reservation into spend
-as its records settle, release what is left when it ends.
-
-A key's ``reserved_nano_usd`` is the sum of its batches' own ``reserved_nano_usd``. Each step is a statement in a
-transaction that already does the rest of its work: the reservation in the create's (``Batches.create``), the
-settling in a chunk's commit and the release in the finalizing (``store/results.py``), both fenced by the lease.
-The reservation is one conditional ``UPDATE`` of the key's row, so concurrent creates on any number of processes
-queue on that row and none can pass the cap together. Keys without the flag keep the default rule
-(``service/auth.py``'s ``require_budget``): only "used up" is checked. The guide: docs/deploy.md, "Hard budgets".
-"""
+as its records settle, release what is left when it ends; each a statement in a transaction that does the rest of
+its work, the reservation one conditional ``UPDATE`` of the key's row. docs/design.md, "Hard budgets"."""
 
 from __future__ import annotations
 

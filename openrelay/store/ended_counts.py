@@ -1,21 +1,7 @@
-"""Counters of ended batches (``ended_batch_counts``, migration 0020): what the dashboard's summary reads, so its
-cost does not grow with the batches a store keeps.
-
-A batch that ended never changes again (its status, model, priority, creation and usage are final) until the
-retention deletes it; only its tags may change, by a metadata edit. So the counters change in exactly three
-transactions, each of which holds the batch's row: the one that writes its terminal status
-(``Results._finalize``: completed, failed, expired, cancelled, early abort alike) adds it; the one that
-prunes it (``Retention.ended_batches``) takes it off; a metadata edit of an ended batch (``Batches.set_metadata``)
-takes it off under its old tags and adds it under the new. No chunk commit touches them, so the rows that many
-finalizes share are never in the hot path of a running batch. A retry makes a new batch and leaves the one it
-retries ended (service/retry.py).
-
-Each row is one organization, tag ('' for every batch, else the batches carrying that tag), terminal status,
-model, priority and UTC day of creation, and each batch is counted twice: in the row of its day and in the row of
-every day (``ALL_DAYS``). A summary without a created range reads the latter, at most statuses x models x
-priorities rows however old the store; one with a range reads the days of the range. The batches not yet ended
-are the summary's other half, aggregated directly (store/batch_search.py).
-"""
+"""Counters of ended batches (``ended_batch_counts``): what the dashboard's summary reads, so its cost does not grow
+with the batches a store keeps. An ended batch never changes, so it is added in the transaction that ends it
+(``Results._finalize``), taken off in the one that prunes it, and moved by a metadata edit of its tags; each batch
+counted in the row of its creation day and in the every-day row (``ALL_DAYS``). docs/deploy.md, "A store a year old"."""
 
 from __future__ import annotations
 

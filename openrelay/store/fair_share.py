@@ -1,11 +1,5 @@
-"""Fair share of a model's slots between organizations, by recent service (docs/design.md, "The queue").
-
-Within a model's queue and a tier, the next batch goes to the organization with the fewest batches of the model
-running, then to the one whose last batch of the model started longest ago (never counts as longest), then to the
-oldest batch. With one slot nobody runs when it frees, so the turn decides: the organizations take turns. The
-turns are kept in ``model_shares``, written by the claim that starts a queued batch, in its own transaction and
-under the model's lock (``BatchLeases._next_queued``), so every worker sees the same order.
-"""
+"""Fair share of a model's slots between organizations, by recent service (docs/design.md, "The queue"): the turns
+kept in ``model_shares``, written by the claim that starts a queued batch, under the model's lock."""
 
 from __future__ import annotations
 

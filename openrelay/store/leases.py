@@ -34,12 +34,6 @@ class BatchLeases:
             raise no_such("Batch", batch_id)
         return batch_from_row(row)
 
-    def promote_validated(self) -> int:
-        """Validated batches join their model's queue (in_progress with in_progress_at still null). Every claim
-        does this first, in its own transaction."""
-        with self.db.write() as conn:
-            return _promote_validated(conn)
-
     def claim(self, worker_id: str, slots: dict[str, int], lease_seconds: float,
               busy: frozenset[str] = frozenset(), *, runs: bool = True,
               start_models: Collection[str] | None = None) -> Batch | None:
@@ -49,19 +43,12 @@ class BatchLeases:
         ``start_models``: the models it may run one more batch of (its share of their slots, ``worker/share.py``);
         None: every model.
 
-        Validated batches join their queues first (``promote_validated``), so a claim sees every batch created
-        before it. Then a batch that needs no slot: one already started whose lease lapsed (its worker died), one being
-        cancelled or finalized, one past its window, or one whose model left the catalog. Then, per model with a
-        free slot, the queued batch that comes first (``_next_queued``).
-
-        Atomic however many workers claim at once: the candidate row is locked (``FOR UPDATE SKIP LOCKED`` on
-        PostgreSQL, so a racing worker takes the next one; SQLite's write transaction admits one writer), and the
-        lease is taken by an update that re-checks the lease is free and must change exactly that row. Times are
-        the database's clock. The batch's ``from_queue`` says whether it came from a queue: then no batch to end
-        was waiting when it was claimed.
+        Validated batches join their queues first; then a batch that needs no slot (``_to_end``); then, per model
+        with a free slot, the queued batch that comes first (``_next_queued``). Atomic however many workers claim
+        at once (docs/guarantees.md). ``from_queue``: no batch to end was waiting when it was claimed.
         """
         with self.db.write() as conn:
-            _promote_validated(conn)
+            conn.execute(_PROMOTE)
             local = seconds()  # read just before the database's clock: the skew to it (``Batch.claimed_at``)
             clock = self.db.clock(conn)
             params: dict[str, object] = {"clock": clock, "clock_s": int(clock), "models": list(slots),
@@ -84,11 +71,8 @@ class BatchLeases:
             return batch_from_row(taken).claimed_at(clock, local, from_queue=queued is not None)
 
     def _next_queued(self, conn: Connection, slots: dict[str, int], clock: float) -> Row | None:
-        """Per model with a free slot (counted over every worker, under the model's lock): expedited before
-        standard, always; within a tier, fair share by recent service (``store/fair_share.py``): the organization
-        with the fewest batches of this model running, then the one whose last batch of it started longest ago,
-        then the oldest batch. One organization's hundred queued batches cannot hold back another's one, with one
-        slot or many."""
+        """Per model with a free slot (counted over every worker, under the model's lock): expedited first, then
+        fair share by recent service (``store/fair_share.py``; the order: docs/design.md)."""
         for model, model_slots in slots.items():
             self.db.lock_model(conn, model)
             if conn.execute(_RUNNING, {"model": model}).scalar_one() >= model_slots:
@@ -123,14 +107,14 @@ class BatchLeases:
                 return None
             return batch_from_row(conn.execute(sa.select(batches).where(batches.c.id == batch_id)).one())
 
-    def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None) -> None:
-        """Record the adaptive concurrency limit this worker runs the batch at now (the progress object shows it).
-        Fenced by the lease: a worker that lost it writes nothing, and is not told (its run ends on the next
-        renewal). An unchanged limit writes no row."""
+    def set_concurrency_limit(self, batch_id: str, worker_id: str, limit: int | None,
+                              yielding: bool = False) -> None:
+        """Record the concurrency limit this worker runs the batch at now and whether it yields to others'
+        requests on the engine (the progress object shows both). Fenced by the lease: a worker that lost it writes
+        nothing, and is not told (its run ends on the next renewal)."""
         with self.db.write() as conn:
-            conn.execute(batches.update().where(
-                batches.c.id == batch_id, batches.c.lease_owner == worker_id,
-                batches.c.concurrency_limit.is_distinct_from(limit)).values(concurrency_limit=limit))
+            conn.execute(batches.update().where(batches.c.id == batch_id, batches.c.lease_owner == worker_id)
+                         .values(concurrency_limit=limit, yielding=yielding))
 
     def retry_later(self, batch_id: str, worker_id: str, *, failures: int, delay: float) -> None:
         """A run failed for a reason of its own: count it, and give the batch back to the queue (its slot freed)
@@ -198,8 +182,9 @@ _NEXT_QUEUED = _next_queued_query()
 
 @functools.cache
 def _to_end(*, runs: bool, some_models: bool) -> sa.Select:
-    """The claim's first look: a batch that needs no slot (``BatchLeases.claim``); an orphaned run only when the
-    worker ``runs`` more, of the ``start_models`` when it names ``some_models``."""
+    """The claim's first look, a batch that needs no slot: one being cancelled or finalized, past its window or
+    whose model left the catalog; one started whose lease lapsed only when the worker ``runs`` more, of the
+    ``start_models`` when it names ``some_models``."""
     to_end = [_c.status != BatchStatus.IN_PROGRESS.value, _c.expires_at <= sa.bindparam("clock_s"),
               _c.model.not_in(sa.bindparam("models", expanding=True))]
     orphaned: sa.ColumnElement[bool] = _c.started.is_(True)
@@ -219,8 +204,3 @@ def end_run(conn: Connection, batch_id: str, worker_id: str, *, may_complete: bo
     if row is None:
         raise no_such("Batch", batch_id)
     return batch_from_row(row)
-
-
-def _promote_validated(conn: Connection) -> int:
-    """Validated batches join their queues; how many."""
-    return conn.execute(_PROMOTE).rowcount

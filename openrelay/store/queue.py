@@ -1,15 +1,6 @@
-"""A queued batch's place in its model's queue, for the live progress numbers (``service/progress.py``).
-
-(The rates come from the batch's own row: ``store/throughput.py``.)
-
-A queued batch's position is where the next claims would take it (``BatchLeases._next_queued``,
-store/leases.py): per model, every queued expedited batch before any standard one; within a tier, fair share
-(``store/fair_share.py``): the organization with the fewest batches of the model running, then the one whose turn
-(last start) is oldest, then the oldest batch. Each batch that starts adds one to its organization's count and
-sends its turn to the back, so the claims go round the organizations; ``queue_order`` replays that from one read
-of the model's live batches (the ``(status, model)`` index) with their organizations' turns. It assumes no running
-batch ends meanwhile: an end can only move a queued batch forward.
-"""
+"""A queued batch's place in its model's queue, for the live progress numbers (``service/progress.py``): the claims'
+own order (``BatchLeases._next_queued``: expedited first, then fair share, ``store/fair_share.py``) replayed from one
+read of the model's live batches. docs/progress-and-dry-run.md, "The queue's order"."""
 
 from __future__ import annotations
 
@@ -89,6 +80,7 @@ class LiveState(NamedTuple):
     started: bool
     window: str | None
     concurrency_limit: int | None = None
+    yielding: bool = False
 
 
 def _live_of_model() -> sa.Select:
@@ -97,7 +89,7 @@ def _live_of_model() -> sa.Select:
     turns = batches.outerjoin(model_shares, sa.and_(model_shares.c.model == c.model,
                                                    model_shares.c.org_id == c.org_id))
     return (sa.select(c.id, c.org_id, c.priority, c.created_ns, c.started, c.status, model_shares.c.last_started_at,
-                      c.throughput_window, c.concurrency_limit)
+                      c.throughput_window, c.concurrency_limit, c.yielding)
             .select_from(turns).where(live, c.model == sa.bindparam("model")))
 
 
@@ -110,4 +102,4 @@ def live_of_model(db: Database, model: str) -> dict[str, LiveState]:
         rows = conn.execute(_LIVE_OF_MODEL, {"model": model}).all()
     positions = queue_order(rows)
     get = positions.get
-    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8]) for r in rows}
+    return {r[0]: LiveState(get(r[0]), bool(r[4]), r[7], r[8], bool(r[9])) for r in rows}

@@ -1,10 +1,5 @@
-"""Durable progress of running batches: chunks of settled records, and the finalizing of a batch.
-
-A chunk's result lines are written to blobs first; the chunk row, the batch's counters and usage, and the key's
-spend and hard-budget reservation (store/budgets.py) are then committed in one transaction, fenced by the worker's
-lease. So a record is counted and billed exactly when its line became durable, and a worker that lost its lease
-cannot add anything.
-"""
+"""Durable progress of running batches: chunks of settled records (their lines in blobs first, then the chunk row,
+counters, usage and the key's spend in one transaction fenced by the lease: docs/design.md), and a batch's end."""
 
 from __future__ import annotations
 

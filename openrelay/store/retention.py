@@ -181,8 +181,7 @@ class Retention:
         file_ids += extra_files
         found = conn.execute(sa.select(files.c.blob_key, files.c.bytes).where(files.c.id.in_(file_ids))).all()
         conn.execute(files.delete().where(files.c.id.in_(file_ids)))
-        events = sa.select(webhook_events.c.id).where(webhook_events.c.batch_id.in_(ids))
-        _delete_events(conn, events)
+        _delete_events(conn, sa.select(webhook_events.c.id).where(webhook_events.c.batch_id.in_(ids)))
         count_ended(conn, ids, sign=-1)  # off the summary's counters, in the transaction that deletes them
         conn.execute(batch_tags.delete().where(batch_tags.c.batch_id.in_(ids)))
         conn.execute(batch_chunks.delete().where(batch_chunks.c.batch_id.in_(ids)))
@@ -236,11 +235,10 @@ def _kept_batches(cutoff: float) -> sa.ColumnElement[bool]:
     return sa.or_(batches.c.status.not_in(TERMINAL_VALUES), _ENDED.is_(None), _ENDED >= cutoff, owed)
 
 
-def _delete_events(conn: Connection, events: sa.Select) -> int:
-    """Webhook events and their delivery log (deliveries, attempts); the number of events."""
+def _delete_events(conn: Connection, events: sa.Select) -> None:
+    """Webhook events and their delivery log (deliveries, attempts)."""
     ids = list(conn.execute(events).scalars())
     if not ids:
-        return 0
-    conn.execute(webhook_attempts.delete().where(webhook_attempts.c.event_id.in_(ids)))
-    conn.execute(webhook_deliveries.delete().where(webhook_deliveries.c.event_id.in_(ids)))
-    return conn.execute(webhook_events.delete().where(webhook_events.c.id.in_(ids))).rowcount
+        return
+    for table, column in ((webhook_attempts, "event_id"), (webhook_deliveries, "event_id"), (webhook_events, "id")):
+        conn.execute(table.delete().where(table.c[column].in_(ids)))

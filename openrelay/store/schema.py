@@ -1,5 +1,6 @@
 """Every table of the store, as SQLAlchemy Core. The baseline and the migrations after it (``store/migrations/*.sql``,
-applied by ``store/db.py``) create exactly this schema; ``tests/unit/test_migrations.py`` proves the two agree."""
+applied by ``store/db.py``) create exactly these tables and columns, and the indexes, which only they define;
+``tests/unit/test_migrations.py`` proves the two agree. What a table is for is told by the module named above it."""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
-    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
     Text,
-    text,
 )
 
 __all__ = ["metadata", "organizations", "api_keys", "files", "batches", "batch_chunks", "model_locks", "model_shares",
@@ -59,8 +58,6 @@ files = Table(
     Column("created_ns", BigInteger, nullable=False),  # ordering; created_at has only second precision
     Column("blob_key", String(200), nullable=False),
     Column("expires_at", BigInteger),  # 404 from then on, and the sweeper deletes it (migration 0014); null: kept
-    Index("ix_files_org_order", "org_id", "created_ns"),
-    Index("ix_files_expires", "expires_at"),
 )
 
 batches = Table(
@@ -107,24 +104,13 @@ batches = Table(
     Column("retry_at", Float),  # a failed run's batch waits until then before a worker takes it again
     Column("throughput_window", Text),  # the last minute's flushes, per second (store/throughput.py); JSON or null
     Column("concurrency_limit", Integer),  # the adaptive limit its worker runs it at now; null when unknown
+    Column("yielding", Boolean, nullable=False, default=False),  # its worker leaves the engine to others (0024)
     Column("reserved_nano_usd", BigInteger, nullable=False, default=0),  # of its key's hard budget (0016)
     Column("output_expires_seconds", Integer),  # output_expires_after.seconds: its result files' expiry (0014)
     Column("unrun", Integer, nullable=False, default=0),  # records an ended batch never started (0023)
-    Index("ix_batches_org_order", "org_id", "created_ns", "id"),
-    Index("ix_batches_status_model", "status", "model"),  # the workers' claims: queued batches of a model
-    # The lists (API and dashboard) filtered by status or by model: this organization's, newest first.
-    Index("ix_batches_org_status_order", "org_id", "status", "created_ns", "id"),
-    Index("ix_batches_org_model_order", "org_id", "model", "created_ns", "id"),
-    # The batches made from a file (the dashboard's Files page and file picker; migration 0013).
-    Index("ix_batches_org_input_file", "org_id", "input_file_id", "created_ns", "id"),
-    # Anthropic's list of message batches: this organization's of one endpoint, newest first (migration 0023).
-    Index("ix_batches_org_endpoint_order", "org_id", "endpoint", "created_ns", "id"),
 )
 
-# One row per tag of a batch (``types.tag_list`` of its ``tags`` metadata: split on commas, trimmed, each once),
-# written in the transaction that creates the batch and replaced in the one that edits its metadata
-# (store/tags.py). The index answers "this organization's batches with tag T, newest first" without a scan;
-# ``created_ns`` is the batch's, copied so that the index alone gives the order.
+# One row per tag of a batch (store/tags.py); ``created_ns`` is the batch's, so that its index alone gives the order.
 batch_tags = Table(
     "batch_tags", metadata,
     Column("batch_id", String(40), ForeignKey("batches.id"), nullable=False),
@@ -132,11 +118,9 @@ batch_tags = Table(
     Column("tag", String(512), nullable=False),  # a metadata value holds at most 512 characters
     Column("created_ns", BigInteger, nullable=False),
     PrimaryKeyConstraint("batch_id", "tag"),
-    Index("ix_batch_tags_org_tag_order", "org_id", "tag", "created_ns", "batch_id"),
 )
 
-# One row per durable flush of a running batch: the result lines it wrote (in blobs) and what they added up to.
-# The union of ``lines`` over a batch's chunks is the set of records already settled; a restart skips them.
+# One row per durable flush of a running batch (store/results.py): its result blobs and what they added up to.
 batch_chunks = Table(
     "batch_chunks", metadata,
     Column("batch_id", String(40), ForeignKey("batches.id"), nullable=False),
@@ -157,14 +141,13 @@ batch_chunks = Table(
     PrimaryKeyConstraint("batch_id", "seq"),
 )
 
-# A row per model, locked while a worker claims a batch of that model, so two workers never overfill its slots.
+# A row per model, locked while a worker claims a batch of that model (store/db.py, on PostgreSQL).
 model_locks = Table(
     "model_locks", metadata,
     Column("model", String(200), primary_key=True),
 )
 
-# Each organization's turn at each model's slots (store/fair_share.py, migration 0015): when its last queued batch
-# of the model started, by the database's clock, written by that claim under the model's lock.
+# Each organization's turn at each model's slots (store/fair_share.py).
 model_shares = Table(
     "model_shares", metadata,
     Column("model", String(200), nullable=False),
@@ -174,8 +157,7 @@ model_shares = Table(
     PrimaryKeyConstraint("model", "org_id"),
 )
 
-# What each engine replica's adaptive concurrency limiter learnt, per model (store/engine_limits.py): a worker
-# that starts begins there.
+# What each engine replica's adaptive concurrency limiter learnt, per model (store/engine_limits.py).
 engine_limits = Table(
     "engine_limits", metadata,
     Column("model", String(200), nullable=False),
@@ -186,8 +168,7 @@ engine_limits = Table(
     PrimaryKeyConstraint("model", "replica"),
 )
 
-# One row per organization and Idempotency-Key of a create (store/idempotency.py): a claim while the create runs
-# (``answer`` null), then the create's 200 until ``expires_at``.
+# One row per organization and Idempotency-Key of a create (store/idempotency.py).
 idempotency_keys = Table(
     "idempotency_keys", metadata,
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
@@ -198,11 +179,9 @@ idempotency_keys = Table(
     Column("expires_at", Float, nullable=False),
     Column("answer", Text),  # the 200's body, replayed byte for byte; null while the create runs
     PrimaryKeyConstraint("org_id", "idempotency_key"),
-    Index("ix_idempotency_keys_expires", "expires_at"),
 )
 
-# Dashboard sign-ins (store/sessions.py): the cookie holds a random id; only its SHA-256 is kept, with the key the
-# session acts as (its organization and scopes rule every page) and the moment it ends.
+# Dashboard sign-ins (store/sessions.py).
 web_sessions = Table(
     "web_sessions", metadata,
     Column("id_hash", String(64), primary_key=True),
@@ -210,13 +189,9 @@ web_sessions = Table(
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
-    Index("ix_web_sessions_expires", "expires_at"),
 )
 
-# -- webhooks (store/webhook_endpoints.py and webhook_outbox.py, migration 0007) ---------------------------------
-
-# An organization's endpoints. ``secret`` (``whsec_`` + base64) signs every delivery, so it is kept as it is;
-# it is shown once, when the endpoint is made. A removed endpoint keeps its row for the delivery log.
+# An organization's webhook endpoints (store/webhook_endpoints.py). A removed one keeps its row for the delivery log.
 webhook_endpoints = Table(
     "webhook_endpoints", metadata,
     Column("id", String(40), primary_key=True),
@@ -226,22 +201,14 @@ webhook_endpoints = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("created_ns", BigInteger, nullable=False),
     Column("removed_at", BigInteger),
-    # Migration 0018: the secret a rotation replaced signs beside ``secret`` until ``rotated_at`` (the database's
-    # clock) plus the overlap (config.WebhookSettings.rotation_overlap_seconds); ``events``: the event types it
-    # gets, comma-separated (null: every type).
-    Column("previous_secret", String(100)),
+    Column("previous_secret", String(100)),  # what the last rotation replaced: it signs too until the overlap ends
     Column("rotated_at", Float),
-    Column("events", String(400)),
-    # Migration 0022, its circuit (store/webhook_outbox.py): attempts failed in a row since its last delivered one,
-    # and no attempt to it before ``paused_until`` (the database's clock).
-    Column("failures", Integer, nullable=False, default=0),
-    Column("paused_until", Float),
-    Index("ix_webhook_endpoints_org", "org_id", "created_ns"),
+    Column("events", String(400)),  # the event types it gets, comma-separated (null: every type)
+    Column("failures", Integer, nullable=False, default=0),  # its circuit: attempts failed in a row ...
+    Column("paused_until", Float),  # ... and no attempt to it before then
 )
 
-# The outbox: one event per batch that reached a terminal status, inserted in the transaction that wrote the
-# status (store/results.py), so an event exists exactly when its status does. ``payload`` is the body sent, byte
-# for byte, on every attempt. Test events (``orl admin webhook test``) name no batch.
+# The outbox (store/webhook_outbox.py): an event per batch ended, and the deliveries of each to each endpoint.
 webhook_events = Table(
     "webhook_events", metadata,
     Column("id", String(40), primary_key=True),  # evt_ + hex: the webhook-id header, the same on every attempt
@@ -249,13 +216,9 @@ webhook_events = Table(
     Column("type", String(40), nullable=False),
     Column("batch_id", String(40), ForeignKey("batches.id")),
     Column("created_at", BigInteger, nullable=False),
-    Column("payload", Text, nullable=False),
-    Index("ix_webhook_events_batch_type", "batch_id", "type", unique=True),
+    Column("payload", Text, nullable=False),  # the body sent, byte for byte, on every attempt
 )
 
-# One per event and endpoint (the organization's endpoints when the event was written). Times are the database's
-# clock. ``next_attempt_at`` is when it is due; a delivery loop that claims it pushes it past the attempt's
-# timeout, so one that dies mid-attempt leaves it due again (at least once).
 webhook_deliveries = Table(
     "webhook_deliveries", metadata,
     Column("event_id", String(40), ForeignKey("webhook_events.id"), nullable=False),
@@ -271,14 +234,9 @@ webhook_deliveries = Table(
     Column("id", String(64)),  # whd_ + the event's and endpoint's hex (0018): what a replay names; always set
     Column("created_at", Float, nullable=False),  # when it was written (a replay keeps it); migration 0018
     PrimaryKeyConstraint("event_id", "endpoint_id"),
-    Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
-    Index("ix_webhook_deliveries_id", "id", unique=True),
-    Index("ix_webhook_deliveries_endpoint_time", "endpoint_id", "created_at"),
-    Index("ix_webhook_deliveries_endpoint_pending", "endpoint_id", "next_attempt_at",  # an endpoint's pause (0022)
-          sqlite_where=text("state = 'pending'"), postgresql_where=text("state = 'pending'")),
 )
 
-# The delivery log: every attempt, its answer or why there was none.
+# The delivery log (store/webhook_log.py): every attempt, its answer or why there was none.
 webhook_attempts = Table(
     "webhook_attempts", metadata,
     Column("id", String(40), primary_key=True),
@@ -291,15 +249,9 @@ webhook_attempts = Table(
     Column("status_code", Integer),
     Column("error", Text),
     Column("duration_ms", Integer, nullable=False),
-    Index("ix_webhook_attempts_org_time", "org_id", "attempted_at"),
-    Index("ix_webhook_attempts_endpoint_time", "endpoint_id", "attempted_at"),
-    Index("ix_webhook_attempts_time", "attempted_at"),  # pruning by age (migration 0018)
-    Index("ix_webhook_attempts_delivery", "event_id", "endpoint_id"),  # ... and what no attempt names (0018)
 )
 
-# -- expiry and retention (store/retention.py, worker/sweeper.py, migration 0014) --------------------------------
-
-# The sweeper's lease: one row per sweep, taken by the database's clock, so one pass runs at a time across the fleet.
+# The sweeper's lease and the blobs it still has to delete (store/retention.py).
 sweeps = Table(
     "sweeps", metadata,
     Column("name", String(40), primary_key=True),
@@ -308,17 +260,14 @@ sweeps = Table(
     Column("next_pass_at", Float, nullable=False),
 )
 
-# Blobs whose rows were deleted, queued in that same transaction and deleted by the sweeper after it: a process
-# killed in between leaves them queued, never orphaned. ``folder``: everything under the key (a batch's folder).
 blob_deletions = Table(
     "blob_deletions", metadata,
     Column("blob_key", String(200), primary_key=True),
-    Column("folder", Boolean, nullable=False),
+    Column("folder", Boolean, nullable=False),  # everything under the key (a batch's folder)
     Column("queued_at", BigInteger, nullable=False),
 )
 
-# The live worker processes (store/workers.py): each renews its row (the database's clock); one past
-# ``expires_at`` is gone and no longer shares a model's slots.
+# The live worker processes (store/workers.py).
 workers = Table(
     "workers", metadata,
     Column("id", String(200), primary_key=True),  # the worker id its batch leases carry (lease_owner)
@@ -331,11 +280,8 @@ workers = Table(
     Column("expires_at", Float, nullable=False),
 )
 
-# Counters of ENDED batches (store/ended_counts.py, migration 0020): what the dashboard's summary reads instead of
-# an aggregate over every batch. Added in the transaction that ends a batch, taken off in the one that prunes it;
-# ``tag`` '' counts every batch, a tag's rows the batches carrying it. ``created_day``: created_at // 86400 (UTC);
-# -1 counts every day (each batch is in both).
-# SQLite also has ``batch_text``, the FTS5 index of q (store/batch_text.py): a virtual table, not declared here.
+# Counters of ended batches (store/ended_counts.py). SQLite also has ``batch_text``, the FTS5 index of q
+# (store/batch_text.py): a virtual table, not declared here.
 ended_batch_counts = Table(
     "ended_batch_counts", metadata,
     Column("org_id", String(40), ForeignKey("organizations.id"), nullable=False),

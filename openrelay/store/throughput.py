@@ -1,13 +1,7 @@
 """A running batch's rolling record of its last minute's durable flushes (``batches.throughput_window``), which the
-live progress numbers' rates are read from (``service/progress.py``).
-
-Each durable chunk adds its records and tokens to the bucket of the second it was committed in, in the chunk's
-own transaction (``Results.commit_chunk`` calls ``add_flush``); buckets older than ``WINDOW_SECONDS`` are dropped
-as it is rewritten, so it holds at most ``WINDOW_SECONDS + 1`` small buckets however long the batch runs or however
-often it flushes. A poll reads it with the batch's row, which it reads anyway: the rates cost no query. The
-seconds are the machines' clocks (``clock.seconds``) on both sides: a worker's skew against the reading API process
-moves the window by as much.
-"""
+live progress numbers' rates are read from: one bucket per second, written in each chunk's own transaction
+(``Results.commit_chunk`` calls ``add_flush``), at most ``WINDOW_SECONDS + 1`` however long the batch runs.
+docs/progress-and-dry-run.md, "Where the rates come from"."""
 
 from __future__ import annotations
 

@@ -47,12 +47,6 @@ class WebhookEndpoints:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def count_endpoints(self, org_id: str) -> int:
-        e = webhook_endpoints.c
-        with self.db.read() as conn:
-            return conn.execute(sa.select(sa.func.count()).where(e.org_id == org_id, e.removed_at.is_(None))
-                                ).scalar_one()
-
     def add_endpoint(self, org_id: str, url: str, secret: str, *, limit: int,
                      events: tuple[str, ...] | None = None) -> WebhookEndpoint | None:
         """The new endpoint, subscribed to ``events`` (None: every type), or None when the organization already

@@ -1,11 +1,6 @@
 """The webhook deliveries an organization or an operator looks at and acts on after the fact: an endpoint's
-deliveries, newest first; the log of attempts; replaying one (sent again by the delivery loops, with its event's
-``webhook-id`` and body); and pruning the delivery log past its age.
-
-A replay puts the delivery back in the outbox (``store/webhook_outbox.py``), due now, in one transaction: it is
-durable before anything is sent, and the loops send it as they send every delivery. Every time is the database's
-clock.
-"""
+deliveries, the log of attempts, a replay (the delivery back in the outbox, due now, in one transaction: durable
+before anything is sent; docs/webhooks.md, "Replay a delivery"), and pruning the log past its age."""
 
 from __future__ import annotations
 
@@ -205,9 +200,3 @@ class WebhookLog:
         return [AttemptLog(event_id=r[0], event_type=r[1], batch_id=r[2], endpoint_id=r[3], org_id=r[4], url=r[5],
                            attempt=r[6], attempted_at=r[7], outcome=r[8], status_code=r[9], error=r[10],
                            duration_ms=r[11], state=r[12], delivery_id=r[13]) for r in rows]
-
-    def delivery_states(self, event_id: str) -> dict[str, str]:
-        """endpoint id -> state, for one event."""
-        d = webhook_deliveries.c
-        with self.db.read() as conn:
-            return dict(conn.execute(sa.select(d.endpoint_id, d.state).where(d.event_id == event_id)).all())

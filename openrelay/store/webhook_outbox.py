@@ -1,18 +1,10 @@
 """The webhook outbox: events, one delivery of each per endpoint, the claims delivery loops take, and what an
 attempt's outcome does to its delivery and its endpoint.
 
-An event is written by ``enqueue_batch_event`` inside the transaction that gives a batch its terminal status
-(``store/results.py``), with one delivery per endpoint the organization has then that subscribes to its type:
-the status and its event commit together or not at all, so a crash can neither lose an event nor make one up.
-
-Delivery loops on any number of machines share the deliveries through ``claim_due``: a due row is taken by an
-update that re-checks it is still due and moves ``next_attempt_at`` past the attempt's timeout, its endpoint's row
-locked with ``SKIP LOCKED`` on PostgreSQL (SQLite has a single writer). An endpoint has its own concurrency and
-its own circuit (``webhook_endpoints.failures``, ``paused_until``), so a slow or failing endpoint holds back its
-own deliveries only. An attempt's result is written with ``record_attempt`` in one transaction with its log row,
-fenced by the claim's token. A loop that dies mid-attempt leaves the row to come due again: an event may arrive
-twice, but is never lost. Every time here is the database's clock.
-"""
+An event is written (``enqueue_batch_event``) in the transaction that gives a batch its terminal status, so a crash
+can neither lose an event nor make one up. Loops on any machine share deliveries through ``claim_due`` (each
+endpoint with its own concurrency and circuit); ``record_attempt`` is fenced by the claim's token. At least once,
+never lost: docs/webhooks.md, "Delivery". Every time here is the database's clock."""
 
 from __future__ import annotations
 

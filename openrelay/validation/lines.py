@@ -1,5 +1,5 @@
 """Reading JSONL input in blocks of whole lines: one C-level search per megabyte instead of one Python call per
-line, and the lines split apart only where a caller asks for them (the create's scan mostly does not)."""
+line, and the lines split apart only where a caller asks for them (the create's scan mostly reads a block whole)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,8 @@ class Block:
         return self._newlines
 
     def every_line_opens(self) -> bool:
-        """Whether every line begins with a character other than JSON whitespace (so none is blank), and the
-        lines are just ``data``'s newline-separated parts (no item holding newlines of its own, as an inline
-        request may)."""
+        """Whether every line begins with a character other than JSON whitespace (none is blank), and the lines
+        are ``data``'s newline-separated parts (no inline request holds newlines of its own)."""
         data = self.data
         newlines = self.newlines()
         if len(newlines) != self.count - 1 or not data or data[0] in _BLANK or data[-1] == _NEWLINE:
@@ -103,7 +102,6 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
     carried = 0
     head: bytes | None = b""  # the first bytes, until it is known whether they begin with a byte order mark
     marks = np.empty(_BLOCK, np.bool_)
-    long_lines = False  # whether the last block's lines were long enough for ``_find_newlines``
     while True:
         try:
             chunk = handle.read(_BLOCK)
@@ -137,12 +135,9 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
         data = b"".join([*carry, memoryview(chunk)[:cut]]) if carry else chunk[:cut]  # one copy, not two
         tail = chunk[cut + 1:]
         carry, carried = ([tail], len(tail)) if tail else ([], 0)
-        newlines = _find_newlines(data) if long_lines else None
-        if newlines is None:
-            if len(marks) < len(data):
-                marks = np.empty(len(data), np.bool_)
-            newlines = np.flatnonzero(np.equal(np.frombuffer(data, np.uint8), _NEWLINE, out=marks[:len(data)]))
-        long_lines = len(data) >= _LONG_LINE * (len(newlines) + 1)
+        if len(marks) < len(data):
+            marks = np.empty(len(data), np.bool_)
+        newlines = np.flatnonzero(np.equal(np.frombuffer(data, np.uint8), _NEWLINE, out=marks[:len(data)]))
         block = Block(number, data, len(newlines) + 1, newlines=newlines)
         if len(data) > max_line_bytes and (too_long := block.lengths() > max_line_bytes).any():
             first_long = int(too_long.argmax())
@@ -153,24 +148,6 @@ def read_blocks(handle: BinaryIO, max_line_bytes: int) -> Iterator[Block]:
             raise _too_long(number + first_long, max_line_bytes)
         yield block
         number += block.count
-
-
-_LONG_LINE = 2048  # bytes a line, on average, from which a newline is found faster by bytes.find than by numpy
-
-
-def _find_newlines(data: bytes) -> np.ndarray | None:
-    """Where ``data`` holds a newline, found one after the other (memchr): for long lines, where numpy's pass
-    over every byte and its array of marks cost more than a call a line (twice as fast at 3.7 KB a line). None
-    once the lines prove short (a line in 512 bytes): numpy's pass is then the cheaper."""
-    found: list[int] = []
-    limit = len(data) // 512
-    at = data.find(b"\n")
-    while at >= 0:
-        if len(found) > limit:
-            return None
-        found.append(at)
-        at = data.find(b"\n", at + 1)
-    return np.array(found, np.int64)
 
 
 def numbered_lines(handle: BinaryIO, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:

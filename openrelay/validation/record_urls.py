@@ -5,21 +5,15 @@ is made here; the create still checks every record's ``url`` against the endpoin
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import msgspec
 
 from ..errors import InputRefused
 from .lines import numbered_lines
+from .records import decode_record
 
 __all__ = ["urls_of_records"]
-
-
-class _Url(msgspec.Struct):
-    url: Any = None  # every other field is skipped unread
-
-
-_DECODE_URL = msgspec.json.Decoder(_Url).decode
 
 
 def urls_of_records(handle: BinaryIO, *, max_records: int, max_line_bytes: int) -> Counter[str]:
@@ -31,8 +25,8 @@ def urls_of_records(handle: BinaryIO, *, max_records: int, max_line_bytes: int) 
             if seen >= max_records:
                 break
             try:
-                url = _DECODE_URL(raw).url
-            except (msgspec.DecodeError, msgspec.ValidationError):
+                url = decode_record(raw).url
+            except (msgspec.DecodeError, RecursionError):
                 continue
             if isinstance(url, str):
                 counts[url] += 1

@@ -1,42 +1,23 @@
-"""The per-record rules of a create (docs/api-contract.md §4), in the order they are checked, and how a record is read.
-
-``check_record`` decides everything a record can be judged on alone. The two rules that need the whole input,
-``duplicate_custom_id`` and ``model_mismatch``, are decided by ``scan`` once every record has been read.
-
-The scan's fast path reads the ordinary record (``decode_ordinary``): its four fields, the few of the body the rules
-look at, and the prompt fields as raw bytes; the rest of the body is skipped. Skipping checks the syntax, the
-escapes and the nesting, but not two things the full parse refuses, so the scan checks those apart: invalid
-UTF-8 (a block or line that is ASCII has none) and numbers outside the float range (``NumberGate``).
-"""
+"""How a create reads a record from its line for the rules (``rules.check_record``): a ``Record`` read by msgspec,
+or from the whole parse (``parse_line``, Go's messages for what it refuses). Why two ways: docs/design.md, "A
+create's rules"."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import msgspec
 import numpy as np
 import orjson
 
-from ..catalog import Catalog
+from ..prefix import PROMPT_FIELDS
 from .gojson import unmarshal_error_message
 from .lines import Block
-from .tool_config import tool_config_problem
 
-__all__ = ["Verdict", "parse_line", "check_record", "cut_custom_id", "ParseFailure", "MAX_DEPTH",
-           "decode_ordinary", "decode_whole", "decode_prompt", "NumberGate"]
+__all__ = ["Record", "Body", "RULE_FIELDS", "UNSET", "read_record", "record_of", "decode_record", "decode_lines",
+           "parse_line", "ParseFailure", "MAX_DEPTH", "NumberGate"]
 
-CUSTOM_ID_LIMIT = 512  # bytes of the JSON-escaped custom_id shown back to the user
 MAX_DEPTH = 1024  # orjson's nesting limit: a record nested deeper is refused in Go's words for its own limit
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    custom_id: str  # "" when the record names none
-    code: str | None  # None: passes every single-record rule
-    message: str | None
-    model: str | None
 
 
 class ParseFailure(Exception):
@@ -69,96 +50,59 @@ def parse_line(raw: bytes) -> Any:
 
 _exact_decode = msgspec.json.Decoder().decode
 
-_UNSET = msgspec.UNSET
-_MaybeRaw = msgspec.Raw | msgspec.UnsetType
-_ordinary_decoders: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
+UNSET = msgspec.UNSET
+RULE_FIELDS = ("model", "stream", "openrelay", "tool_config")  # the fields of a body the rules read
+# The fields the rules read of a record's body (absent: ``UNSET``), and its prompt fields (``prefix.PROMPT_FIELDS``)
+# as raw JSON bytes; the rest of the body is skipped. gc=False: values decoded from JSON hold no cycle, and the
+# collector need not track 50,000 of them.
+Body = msgspec.defstruct("Body", [*((name, Any, UNSET) for name in RULE_FIELDS), *(
+    (name, msgspec.Raw | msgspec.UnsetType, UNSET) for name in sorted(set().union(*PROMPT_FIELDS.values())))],
+    gc=False)
 
 
-def decode_ordinary(endpoint: str, offered: Iterable[str], prompt_fields: tuple[str, ...] = ()) -> Any:
-    """A decoder of the ordinary record of ``endpoint``, which passes every rule a record is judged on alone:
-    exactly its four fields, a non-empty ``custom_id``, ``POST``, the endpoint's url, and a body with an
-    ``offered`` model, no ``"stream": true``, no ``openrelay`` or ``tool_config``. The types say it all, so any
-    other record fails to decode (``msgspec.ValidationError``) and is left to the full rules. The body's
-    ``prompt_fields`` come as raw bytes; the rest of the body is skipped.
+class Record(msgspec.Struct, gc=False):
+    """A record as the rules see it (``check_record`` reads nothing else): these fields, whatever their types."""
 
-    ``model`` comes back as the interned name: the same object for every record that names it. The decoder is
-    a ``msgspec.json.Decoder``: ``decode`` for one line, ``decode_lines`` for a block of them."""
-    models = tuple(sorted(offered))
-    key = (endpoint, models, prompt_fields)
-    decode = _ordinary_decoders.get(key)
-    if decode is None:
-        if not models:
-            return _NO_RECORD
-        body = msgspec.defstruct("OrdinaryBody", [
-            ("model", Literal[models]), ("stream", Literal[False] | None, None),
-            ("openrelay", msgspec.UnsetType, _UNSET), ("tool_config", msgspec.UnsetType, _UNSET),
-            *((name, _MaybeRaw, _UNSET) for name in prompt_fields)], gc=False)
-        # gc=False: they hold strings and raw bytes only, never a cycle, so the collector need not track the
-        # 50,000 of a big input (which makes them cheaper to make and to free).
-        record = msgspec.defstruct("Ordinary", [
-            ("custom_id", Annotated[str, msgspec.Meta(min_length=1)]), ("method", Literal["POST"]),
-            ("url", Literal[endpoint]), ("body", body)], forbid_unknown_fields=True, gc=False)
-        decode = _ordinary_decoders[key] = msgspec.json.Decoder(record)
-    return decode
+    custom_id: Any = UNSET
+    method: Any = UNSET
+    url: Any = UNSET
+    body: Body | list[Any] | str | int | float | bool | None | msgspec.UnsetType = UNSET  # type: ignore[valid-type]
+    tool_config: Any = UNSET
+    openrelay: Any = UNSET
 
 
-class _NoRecord:
-    """The decoder of an endpoint no model is offered for: no record is ordinary."""
-
-    def decode(self, raw: bytes) -> Any:
-        raise msgspec.ValidationError("no model is offered for this endpoint")
-
-    decode_lines = decode
+_decoder = msgspec.json.Decoder(Record)
+decode_record, decode_lines = _decoder.decode, _decoder.decode_lines
 
 
-_NO_RECORD = _NoRecord()
-
-
-class _Whole(msgspec.Struct, forbid_unknown_fields=True):
-    """The ordinary record read whole: every number and string of its body decoded, so checked."""
-
-    custom_id: str
-    method: str
-    url: str
-    body: dict[str, Any]
-
-
-class _PromptBody(msgspec.Struct):
-    messages: _MaybeRaw = _UNSET
-    prompt: _MaybeRaw = _UNSET
-    instructions: _MaybeRaw = _UNSET
-    input: _MaybeRaw = _UNSET
-
-
-class _PromptRecord(msgspec.Struct):
-    body: _PromptBody | None = None
-
-
-decode_whole = msgspec.json.Decoder(_Whole).decode
-_decode_prompt_record = msgspec.json.Decoder(_PromptRecord).decode
-
-
-def decode_prompt(raw: bytes, fields: tuple[str, ...]) -> bytes | None:
-    """The prompt material of a record's line (the raw bytes of ``fields`` of its body, in order), for a record
-    that is not ordinary; None when it has none or cannot be read this way."""
+def read_record(raw: bytes, *, whole: bool = True) -> Any:
+    """The line's ``Record``, or its JSON value when that is no object; ParseFailure when it is not JSON we run.
+    msgspec's skipping checks neither UTF-8 nor the range of numbers: ``whole``, for a line that may hold either,
+    parses it whole first. A line msgspec cannot read (no object, or nested past its depth) is taken from the
+    whole parse."""
+    if whole:
+        value = parse_line(raw)
     try:
-        body = _decode_prompt_record(raw).body
+        return decode_record(raw)
     except (msgspec.DecodeError, RecursionError):
-        return None
-    if body is None:
-        return None
-    parts = [bytes(part) for part in (getattr(body, name) for name in fields) if part is not _UNSET]
-    return b"".join(parts) if parts else None
+        pass
+    return record_of(value if whole else parse_line(raw))
+
+
+def record_of(value: Any) -> Any:
+    """The ``Record`` of a parsed JSON object (without the prompt's raw bytes); any other value as it is."""
+    if not isinstance(value, dict):
+        return value
+    fields = {name: value[name] for name in Record.__struct_fields__ if name in value}
+    if isinstance(fields.get("body"), dict):
+        fields["body"] = Body(**{name: fields["body"][name] for name in RULE_FIELDS if name in fields["body"]})
+    return Record(**fields)
 
 
 class NumberGate:
-    """Which lines of a block could hold a number outside the float range, found for the whole block at once.
-
-    Such a number has at least 309 digits before its decimal point, counting its exponent: so either an exponent
-    of three digits or more (``1e400``, ``1.5E+999``, ``1e0400``), or, with at most two, a run of at least 210
-    digits. Every exponent follows a digit, so the gate looks for a digit, ``e`` or ``E``, an optional sign and
-    three digits; and for runs, at every 105th byte (a run of 210 covers two of them). What it finds is a line to
-    read whole; nothing else can hold such a number. Digits in strings are found too, costing a whole read.
+    """Which lines of a block could hold a number outside the float range, found for the whole block at once: a
+    digit, ``e`` or ``E``, an optional sign and three digits (``1e400``), or a run of 210 digits, looked for at
+    every 105th byte (docs/design.md, "A create's rules"). Digits in strings are found too, costing a whole read.
     """
 
     _STRIDE = 105  # half the shortest run to find
@@ -209,91 +153,3 @@ class NumberGate:
         if runs.size:
             positions.extend((runs * self._STRIDE).tolist())
         return positions
-
-
-
-def cut_custom_id(custom_id: str) -> str:
-    """The custom_id as shown in rejections: at most 512 escaped bytes, else a 509-byte prefix and ``...``."""
-    if len(custom_id) * 6 <= CUSTOM_ID_LIMIT or _escaped_len(custom_id) <= CUSTOM_ID_LIMIT:
-        return custom_id
-    budget = CUSTOM_ID_LIMIT - 3
-    used = 0
-    for i, ch in enumerate(custom_id):
-        used += _escaped_len(ch)
-        if used > budget:
-            return custom_id[:i] + "..."
-    return custom_id
-
-
-def _escaped_len(text: str) -> int:
-    return len(orjson.dumps(text)) - 2
-
-
-def _fail(custom_id: str, code: str, message: str) -> Verdict:
-    return Verdict(custom_id=custom_id, code=code, message=message, model=None)
-
-
-def check_record(record: Any, *, endpoint: str, catalog: Catalog) -> Verdict:
-    """Judge one parsed record on every rule that needs nothing but the record itself."""
-    if not isinstance(record, dict):
-        return _fail("", "invalid_json", "record is not a JSON object")
-    custom_id = record.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id:
-        return _fail("", "missing_custom_id", "custom_id is required and must be a non-empty string")
-    method = record.get("method")
-    if method != "POST":
-        return _fail(custom_id, "invalid_method", f'method must be "POST" (got {_show(method)})')
-    url = record.get("url")
-    if url != endpoint:
-        return _fail(custom_id, "url_mismatch", f'url {_show(url)} does not match the batch endpoint "{endpoint}"')
-    body = record.get("body")
-    if not isinstance(body, dict):
-        return _fail(custom_id, "invalid_body", "body is required and must be a JSON object")
-    if body.get("stream") is True:
-        return _fail(custom_id, "streaming_unsupported", '"stream": true is not supported in batch')
-    if "tool_config" in body or "tool_config" in record:
-        return _fail(custom_id, "tool_config_moved",
-                     "tool_config has moved: put it under body.openrelay.tool_config")
-    if "openrelay" in body:
-        problem = _extension_problem(body["openrelay"], catalog, endpoint)
-        if problem is not None:
-            return _fail(custom_id, *problem)
-    model = body.get("model")
-    if not isinstance(model, str):
-        return _fail(custom_id, "missing_model", "body.model is required and must be a string")
-    spec = catalog.models.get(model)
-    if spec is None:
-        offered = ", ".join(catalog.names())
-        return _fail(custom_id, "model_not_offered",
-                     f'model "{model}" is not offered for batch (offered: {offered})')
-    if endpoint not in spec.endpoints:
-        return _fail(custom_id, "model_endpoint_mismatch",
-                     f'model "{model}" is not offered for {endpoint} (it serves: {", ".join(spec.endpoints)})')
-    return Verdict(custom_id=custom_id, code=None, message=None, model=model)
-
-
-def _extension_problem(ext: Any, catalog: Catalog, endpoint: str) -> tuple[str, str] | None:
-    if not isinstance(ext, dict):
-        return "unknown_extension", "body.openrelay must be a JSON object"
-    unknown = sorted(k for k in ext if k != "tool_config")
-    if unknown:
-        return "unknown_extension", f'unknown openrelay extension "{unknown[0]}" (supported: tool_config)'
-    if "tool_config" in ext:
-        problem = tool_config_problem(ext["tool_config"], catalog, endpoint)
-        if problem is not None:
-            return "invalid_tool_config", problem
-    return None
-
-
-def _show(value: Any) -> str:
-    """``value`` as JSON, cut to 100 characters, for a message."""
-    if value is None:
-        return "none"
-    try:
-        return orjson.dumps(value).decode()[:100]
-    except orjson.JSONEncodeError:  # nested past orjson's 254 levels, or an integer past 64 bits
-        pass
-    try:
-        return msgspec.json.encode(value).decode()[:100]
-    except (msgspec.EncodeError, RecursionError, TypeError, ValueError):  # nested past msgspec's depth too
-        return "a deeply nested JSON " + ("array" if isinstance(value, list) else "object")

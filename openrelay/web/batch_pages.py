@@ -33,6 +33,11 @@ CREATED_REJECTIONS = 20  # rejections shown on the page a create opens; the rest
 
 
 def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
+    async def refused(request: Request, signed: SignedInSession, batch_id: str, exc: OpenRelayError) -> Response:
+        """The batch's page again, with the refusal of what it was asked to do."""
+        batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
+        return await _detail_page(rt, request, signed, batch, status=exc.status, problem=exc.message)
+
     async def detail(request: Request, signed: SignedInSession, batch_id: str) -> Response:
         batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
         progress = (await run_in_threadpool(progress_service.numbers, rt.db, [batch]))[batch.id]
@@ -54,8 +59,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
         except OpenRelayError as exc:
             if exc.status != 409:
                 raise
-            batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
-            return await _detail_page(rt, request, signed, batch, status=409, problem=exc.message)
+            return await refused(request, signed, batch_id, exc)
         return redirect(f"/batches/{batch_id}")
 
     async def metadata(request: Request, signed: SignedInSession, batch_id: str) -> Response:
@@ -65,8 +69,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
             await run_in_threadpool(batch_service.replace_metadata, rt.batches, signed.key, batch_id,
                                     orjson.dumps({"metadata": wanted}))
         except InvalidRequest as exc:
-            batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
-            return await _detail_page(rt, request, signed, batch, status=400, problem=exc.message)
+            return await refused(request, signed, batch_id, exc)
         return redirect(f"/batches/{batch_id}#metadata")
 
     async def retry(request: Request, signed: SignedInSession, batch_id: str) -> Response:
@@ -75,8 +78,7 @@ def add_routes(router: APIRouter, rt: Runtime, writes: OrgWrites) -> None:
         except OpenRelayError as exc:
             if exc.status not in (400, 402, 409, 413):
                 raise
-            batch = await run_in_threadpool(batch_service.get_batch, rt.batches, signed.key, batch_id)
-            return await _detail_page(rt, request, signed, batch, status=exc.status, problem=exc.message)
+            return await refused(request, signed, batch_id, exc)
         return redirect(f"/batches/{orjson.loads(made)['id']}")
 
     router.add_route("/batches/{batch_id}", dashboard_route(rt)(detail), methods=["GET"])
@@ -113,7 +115,6 @@ async def _detail_page(rt: Runtime, request: Request, signed: SignedInSession, b
     filters = {"code": q.get("code") or None, "custom_id": q.get("cid") or None, "cursor": q.get("at") or None}
     browse = {"kind": kind, **filters}
     records = summary = None
-    series: list[dict[str, int]] = []
     if signed.can(Scope.FILES_READ):
         records = await run_in_threadpool(lambda: record_service.browse_records(
             rt, signed.key, batch.id, limit=RECORDS_PAGE, kind=kind, **filters))

@@ -15,8 +15,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ..clock import seconds
 from ..money import usd_text
-from ..service.dashboard import shown_status
-from ..types import CANCELLABLE, TERMINAL, Batch, tag_list
+from ..types import CANCELLABLE, TERMINAL, Batch, shown_status, tag_list
 from .answers import answer_text
 
 __all__ = ["templates", "BatchView", "chip_colour", "STATIC_DIR", "CHIP_COLOURS"]
@@ -80,11 +79,11 @@ class BatchView:
 
     batch: Batch
     now: float
-    progress: dict[str, Any] | None = None  # its openrelay numbers (service/progress.py), as the API shows them
+    progress: dict[str, Any]  # its openrelay numbers (service/progress.py), as the API shows them
 
     @property
     def status(self) -> str:
-        return shown_status(self.batch)
+        return shown_status(self.batch.status, self.batch.in_progress_at)
 
     @property
     def ongoing(self) -> bool:
@@ -122,26 +121,6 @@ class BatchView:
         if b.in_progress_at is None:
             return None
         return (self.ended_at or self.now) - b.in_progress_at
-
-    @property
-    def eta(self) -> float | None:
-        """The API's ``eta_seconds``: the records left at the last minute's rate; None unless running."""
-        return self._number("eta_seconds")
-
-    @property
-    def queue_position(self) -> int | None:
-        return self._number("queue_position")
-
-    @property
-    def records_per_second(self) -> float | None:
-        return self._number("records_per_second")
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        return self._number("tokens_per_second")
-
-    def _number(self, name: str) -> Any:
-        return None if self.progress is None else self.progress.get(name)
 
     def percent(self, part: int) -> float:
         return 0.0 if not self.batch.total else round(100.0 * part / self.batch.total, 2)

@@ -1,13 +1,7 @@
-"""The delivery loop every worker process runs beside its batches: claim due deliveries from the outbox, post
-each signed event, record the attempt, and come back for failures with an exponential backoff.
-
-Any number of loops on any number of machines share the outbox through the store's claims
-(``WebhookOutbox.claim_due``), which give each endpoint its own concurrency and circuit; a loop holds nothing the
-store does not. A loop keeps up to ``OPENRELAY_WEBHOOK_CONCURRENCY`` attempts in flight, each started when it is
-claimed and recorded when it ends, so no attempt waits for another. An attempt ends at the timeout counted from its
-claim, connect to last byte, well before the claim lapses. The loop also prunes the delivery log past
-``log_keep_seconds`` (``prune_delivery_log``), at most once per ``prune_period``.
-"""
+"""The delivery loop every worker process runs beside its batches: claim due deliveries from the outbox
+(``WebhookOutbox.claim_due``), post each signed event, record the attempt, retry failures with backoff, and prune
+the delivery log. Up to ``OPENRELAY_WEBHOOK_CONCURRENCY`` attempts in flight, none waiting for another; each ends at
+its timeout, well before its claim lapses. docs/webhooks.md, "Delivery"."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ from ..store.webhook_outbox import DELIVERED, DueDelivery, WebhookOutbox
 from .network import webhook_client
 from .signing import signed_headers
 
-__all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "retry_delay", "prune_period", "prune_delivery_log"]
+__all__ = ["WebhookDelivery", "Attempt", "retry_backoff", "prune_period", "prune_delivery_log"]
 
 log = logging.getLogger("openrelay.webhooks")
 
@@ -58,11 +52,6 @@ def retry_backoff(settings: Settings) -> Backoff:
     the cap), so that the events of a receiver that went down are not all retried in the same instant."""
     return Backoff(base=settings.webhooks.retry_base_seconds, cap=settings.webhooks.retry_max_seconds,
                    jitter=(1.0, 1.25))
-
-
-def retry_delay(settings: Settings, attempt: int) -> float:
-    """The wait after failed attempt number ``attempt`` (1 for the first) before its jitter: the least it waits."""
-    return retry_backoff(settings).nominal(attempt)
 
 
 def prune_period(settings: Settings) -> float:

@@ -1,16 +1,6 @@
-"""Where a webhook may be sent: the same network safety as tool servers (``egress.py``).
-
-Never to a link-local or cloud metadata address, nor to one no delivery can reach (unspecified, multicast, reserved,
-IPv4-compatible IPv6 such as ``::127.0.0.1``). To a loopback or private address (anything not globally
-routable) only when an entry of the catalog's ``[webhooks] allow`` covers the endpoint's URL, matched as
-``[tools] allow`` is (``Catalog.webhook_private_allowed``). Any other http(s) URL is the user's own server on the
-internet and needs no entry.
-
-A literal address is judged when the endpoint is registered, and one in a form resolvers read differently
-(``127.000.000.001``, ``127.1``, ``0x7f.0.0.1``) is refused there; a host name at every delivery, by the connection
-itself, which resolves it, refuses it if any address it resolves to is refused, and connects only to an address
-it checked (a name can point elsewhere by the time of the delivery).
-"""
+"""Where a webhook may be sent: the same network safety as tool servers (``egress.py``). A literal address is judged
+when the endpoint is registered, a host name at every delivery by the connection itself, which connects only to an
+address it checked. The rules: docs/webhooks.md, "Which addresses"."""
 
 from __future__ import annotations
 

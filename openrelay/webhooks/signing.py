@@ -1,12 +1,5 @@
-"""Standard Webhooks signing (https://www.standardwebhooks.com): ``whsec_`` + base64 secrets, and the
-``webhook-id``, ``webhook-timestamp`` and ``webhook-signature`` headers of a delivery.
-
-The signature is ``v1,`` + base64 of HMAC-SHA256 over ``{webhook-id}.{webhook-timestamp}.{body}`` with the
-secret's bytes, computed by the ``standardwebhooks`` package, so what receivers verify with it (or with the
-OpenAI SDK's ``client.webhooks.unwrap``) is what was signed. While an endpoint's secret is being rotated, the
-header carries one signature per secret, space-separated, as the standard allows: a receiver verifies with
-either.
-"""
+"""Standard Webhooks signing (https://www.standardwebhooks.com), computed by the ``standardwebhooks`` package so that
+what receivers verify is what was signed; during a rotation one signature per secret. docs/webhooks.md, "Verify"."""
 
 from __future__ import annotations
 

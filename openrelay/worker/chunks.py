@@ -1,13 +1,6 @@
-"""Making a running batch's finished records durable: one writer per run, the only one that writes its chunks.
-
-Lanes hand finished records to ``add_output`` / ``add_error``; ``run`` writes them as the next chunk every
-``flush_seconds``, or as soon as ``flush_records`` are waiting (blobs first, then one transaction fenced by the
-lease: ``Results.commit_chunk``). A write that fails (the database or the blob store is down) keeps its chunk, same
-seq and same lines, and is tried again after a backoff that doubles up to ``store_retry_max_seconds``; the commit
-is idempotent per seq, so no record is dropped or counted twice. While a chunk cannot be written, lanes stop
-taking records once ``2 x flush_records`` are waiting (``wait_for_room``), so memory stays bounded however long
-the store is away.
-"""
+"""Making a running batch's finished records durable: one writer per run, the only one that writes its chunks
+(blobs first, then one transaction fenced by the lease: ``Results.commit_chunk``). A failed write keeps its chunk
+and is retried, idempotent per seq; lanes wait while ``2 x flush_records`` are waiting (docs/guarantees.md)."""
 
 from __future__ import annotations
 

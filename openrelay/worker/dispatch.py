@@ -1,21 +1,6 @@
-"""The order a running batch's records go out in: prefix groups back to back, each warmed by one record first,
-and groups other batches of the same model are sending first.
-
-The create stored the batch's dispatch order beside it (``openrelay/prefix.py``: every accepted record's line,
-byte range in the input and prefix group, largest groups first). A run reads that order once (a few bytes a
-record), drops the records already settled, and fetches the bodies a window at a time by range reads of the input
-(``read_ranges``), so it never holds more than a few windows of bodies whatever the batch's size.
-
-A group whose prefix the engine has not seen yet starts with one record, its leader; the rest of the group waits
-until the leader's answer is back (its prefix is then in the engine's cache), while the lanes go on with other
-groups' leaders and the records of groups already warm (an answer within the last two seconds, ``ModelGroups``).
-Sent together onto a cold prefix, a group's records would all miss the cache. A few groups warm or send at once
-(``warming_allowed``); as soon as one has sent all its records, the next group's leader goes ahead of the records
-already released, so that groups warm one after another while others are sent rather than in waves with the lanes
-idle between. When a group is done the run takes next a group that another batch of the model is sending now. A
-batch with no stored order (created before it existed, an embeddings batch, or ``prefix_grouping = false``) runs
-in input order.
-"""
+"""The order a running batch's records go out in: prefix groups back to back, each warmed by one record (its
+leader) first, and groups other batches of the same model are sending first. A batch with no stored order runs in
+input order. How and why: docs/engines.md, "Prefix grouping"."""
 
 from __future__ import annotations
 
@@ -38,10 +23,8 @@ Pending = tuple[int, "dict[str, Any] | Unreadable", int]  # (line, record, prefi
 
 _WINDOW_RECORDS = 64  # bodies fetched in one range read, at most ...
 _WINDOW_BYTES = 4 << 20  # ... and this many bytes of them (one record more when a single one is larger)
-# Groups of one run warming (leader out) or with records still to send, at once: a quarter of the requests the run
-# may have in flight, 1 to 4. More would push each other out of a small cache (bench_scheduling at 16 lanes: 4 best,
-# 5 and more worse); with 2 lanes on an engine of 2 slots, a second group warming takes the slot the first group's
-# records need.
+# Groups of one run warming or with records still to send, at once (a quarter of its in flight, 1 to 4): more push
+# each other out of a small cache (bench_scheduling at 16 lanes: 4 best; docs/engines.md).
 _MAX_WARMING = 4
 
 
@@ -49,10 +32,8 @@ def warming_allowed(in_flight: int) -> int:
     return max(1, min(_MAX_WARMING, in_flight // 4))
 
 
-# A group counts as warm for this long after an answer of it: long enough for another
-# batch of the model to follow it, too short to trust a cache that other work has gone through since. Taking a
-# warm group for cold costs one answer's wait for it (the lanes go on with other groups); taking a cold group for
-# warm sends all its records onto a prefix the engine has to compute for each.
+# A group counts as warm this long after an answer of it: long enough for another batch of the model to follow it,
+# too short to trust a cache that other work has gone through since (taking a cold group for warm costs the most).
 _WARM_SECONDS = 2.0
 
 

@@ -1,9 +1,6 @@
-"""Finalizing a batch: compose its result files from the durable chunks and give it its terminal status.
-
-Safe to run again after a crash at any point: every blob it writes is rewritten whole, and the status, file
-rows and counts change in one transaction at the very end. ``end_failed_batch`` ends a batch whose runs kept
-failing, even when its files cannot be composed.
-"""
+"""Finalizing a batch: compose its result files from the durable chunks and give it its terminal status. Safe to
+run again after a crash at any point: every blob is rewritten whole, and the rows change in one transaction at the
+end. ``end_failed_batch`` ends a batch whose runs kept failing, even when its files cannot be composed."""
 
 from __future__ import annotations
 

@@ -26,9 +26,10 @@ StopReason = Literal["lost", "drained", "cancelled", "aborted", "expired"]
 
 class Stopped(Exception):
     """A record left unanswered because its batch stops: its lease was lost (at once), or it was cancelled, ran
-    out of its window or its worker is draining while the engine was not answering."""
+    out of its window or its worker is draining while the engine was not answering; ``unsent``: while it waited for
+    room others' requests had on the engine (it is left unrun, as a record not yet taken)."""
 
-    def __init__(self, reason: StopReason) -> None:
+    def __init__(self, reason: StopReason | Literal["unsent"]) -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -53,7 +54,14 @@ class EngineGate:
     @property
     def limit(self) -> int:
         """Requests the open replicas take at once now: the sum of their limits."""
-        return sum(r.limit for r in self.replicas if r.is_open)
+        return sum(r.own_limit for r in self.replicas if r.is_open)
+
+    @property
+    def room(self) -> int | None:
+        """While a replica leaves room to others' requests (``yield_to_interactive``): the requests the open
+        replicas take now, less that room; else None."""
+        open_ = [r for r in self.replicas if r.is_open]
+        return sum(r.limit for r in open_) if any(r.yielding for r in open_) else None
 
     async def answer(self, endpoint: str, body: dict[str, Any], stop_reason: Callable[[], StopReason | None],
                      group: int = 0) -> EngineReply:
@@ -93,7 +101,7 @@ class EngineGate:
                         overloads += 1
                         ENGINE_RETRIES.labels(self.model).inc()
                         avoid = replica if others else None
-                        await asyncio.sleep(self._retry_delay(min(overloads, 8)))
+                        await asyncio.sleep(self._retries.delay(min(overloads, 8)))
                         continue
                 attempt += 1
                 if attempt < self.settings.engines.retry_attempts:
@@ -102,7 +110,7 @@ class EngineGate:
                         avoid = replica  # another replica may answer at once: no reason to wait
                         continue
                     avoid = None
-                    await asyncio.sleep(self._retry_delay(attempt))
+                    await asyncio.sleep(self._retries.delay(attempt))
                     continue
                 outage = await replica.outage(failed_on[replica])
                 if outage is None:
@@ -116,22 +124,25 @@ class EngineGate:
             for replica in failed_on:
                 replica.failing -= 1
 
-    def _retry_delay(self, attempt: int) -> float:
-        return self._retries.delay(attempt)
-
     async def _pick(self, group: int, stop_reason: Callable[[], StopReason | None],
                     avoid: Replica | None) -> Replica:
-        """An open replica for a record of ``group``; waits while every replica is out."""
+        """An open replica for a record of ``group``; waits while every replica is out, or held back for others'
+        requests on it (``yield_to_interactive``)."""
         while True:
             reason = stop_reason()
             if reason == "lost":
                 raise Stopped(reason)
             open_ = [r for r in self.replicas if r.is_open]
-            if open_:
-                return _choose(open_, group, avoid)
+            for replica in open_:
+                await replica.load_known()
+            ready = [r for r in open_ if not r.held_back]
+            if ready:
+                return _choose(ready, group, avoid)
             if reason is not None:
-                raise Stopped(reason)
-            waits = [asyncio.ensure_future(r.wait_open(self.settings.worker.tick_seconds)) for r in self.replicas]
+                raise Stopped("unsent" if open_ else reason)
+            tick = self.settings.worker.tick_seconds
+            waits = [asyncio.ensure_future(r.wait_room(tick) if r.is_open else r.wait_open(tick))
+                     for r in self.replicas]
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:

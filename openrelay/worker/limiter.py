@@ -1,7 +1,6 @@
 """The adaptive concurrency limiter of ``concurrency = "auto"``: how many calls one worker process sends to one
-engine replica at once, found from the engine's answers (AIMD on latency, judged a window of calls at a time, and in
-slow start a throughput check that tells contention from the knee; how and why: docs/engines.md, "Adaptive
-concurrency")."""
+engine replica at once, found from the engine's answers (AIMD on latency, a window of calls at a time, with a
+throughput check in slow start; how and why: docs/engines.md, "Adaptive concurrency")."""
 
 from __future__ import annotations
 
@@ -17,28 +16,21 @@ from .outcome import Outcome
 
 __all__ = ["ConcurrencyLimiter", "Token"]
 
+# The numbers below, and why each is what it is, are explained in docs/engines.md.
 TOLERANCE = 0.2  # a window's typical call up to 20% slower than the baseline still counts as the engine keeping up
-# Answers a window needs at the least: enough that a low limit is not judged on a few calls, and that its latency's
-# bound is a light call's with a heavy call or two among them.
-MIN_WINDOW = 12
-# Until the engine first pushes back, windows are smaller, so that a latency rise is seen within a round of calls
-# while the limit grows by one call per answer (slow start). A window's bound is never its slowest answer, so that
-# one heavy call among them does not set the baseline.
-SLOW_START_WINDOW = 6
+MIN_WINDOW = 12  # calls a window has at the least
+SLOW_START_WINDOW = 6  # ... until the engine first pushes back, so that a rise is seen within a round of calls
 MIN_ANSWERS = 4  # answers a window needs to offer the baseline its latency; the first window, at the bottom, has these
 PROBE_STEP = 1 / 16  # below the limit it last backed off from, a low limit grows by at least this share of itself
 BASELINE_WINDOWS = 256  # the baseline forgets a window after this many more: a workload that got slower is relearnt
 LATENCY_BACKOFF = (0.5, 0.9)  # a slow window multiplies the limit by tolerated/observed, held within these bounds
 OVERLOAD_BACKOFF = 0.8  # what an overload or a timeout (``Outcome.backs_off``) multiplies the limit by
-# In slow start a window judged slower does not end it while its throughput rose at least this fast against its
-# load since the last window within (d log throughput / d log calls in flight; 1 while the engine keeps up, 0 when
-# more calls only queue): the latency rose, but from contention that more calls still pay for (a CPU shared with
-# the client's), not from the engine's knee. Its latency becomes the baseline and the climb goes on.
+# In slow start a window judged slower does not end it while its throughput rose at least this fast against its load
+# (d log throughput / d log load), over a load MIN_LOAD_GAIN to MAX_LOAD_GAIN times the last window's, and its
+# latency is at most CONTENTION_RISE times the baseline: contention that more calls still pay for, not the knee.
 THROUGHPUT_ELASTICITY = 0.7
-# ... measured against a window with 1/MIN_LOAD_GAIN to 1/MAX_LOAD_GAIN of its load on average (from further below,
-# the two may lie on both sides of the knee)
 MIN_LOAD_GAIN, MAX_LOAD_GAIN = 1.25, 3.0
-CONTENTION_RISE = 1.5  # ... and once only, for a latency at most this many times the baseline (more is queueing)
+CONTENTION_RISE = 1.5
 
 
 @dataclass(slots=True)
@@ -53,21 +45,18 @@ class Token:
 
 class ConcurrencyLimiter:
     """Slots for the calls to one engine replica, granted first come, first served. One event loop, no threads.
-
     ``on_change`` is called with the new limit each time it changes (a Prometheus gauge's ``set``)."""
 
     def __init__(self, min_limit: int, max_limit: int, initial: int | None = None, *,
-                 baseline: float | None = None, tolerance: float = TOLERANCE,
-                 clock: Callable[[], float] = time.monotonic, on_change: Callable[[int], None] | None = None) -> None:
+                 baseline: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[int], None] | None = None) -> None:
         """``initial`` and ``baseline``: where an earlier limiter of the replica left off (``learnt``): it starts
-        there, past its slow start, probing upwards from ``initial`` as after the engine pushed back one call above
-        it."""
+        there, past its slow start, as if the engine had pushed back one call above ``initial``."""
         if not 1 <= min_limit <= max_limit:
             raise ValueError("need 1 <= min_limit <= max_limit")
         start = min_limit if initial is None else initial  # at the bottom: the unloaded latency is measured first
         self.min_limit = min_limit
         self.max_limit = max_limit
-        self.tolerance = tolerance
         self.on_change = on_change
         self._clock = clock
         self._estimate = float(min(max(start, min_limit), max_limit))
@@ -76,8 +65,7 @@ class ConcurrencyLimiter:
         self._slow_start = True  # double per good window until the engine first pushes back, as TCP does
         self._streak = 0  # good windows in a row since the last back-off: the next growth step
         self._ceiling = math.inf  # the limit the engine last pushed back at: approached by halving the way there
-        # The latest windows' latency bounds that are lower than every later one, as (window number, latency): its
-        # head is the lowest of the last BASELINE_WINDOWS, kept in O(1) a window.
+        # (window number, latency bound) of the windows lower than every later one: the head is the baseline
         self._lows: deque[tuple[int, float]] = deque()
         self._backed_off = -math.inf  # when the limit last shrank: overloads of calls sent before are old news
         self._windows = 0  # windows started so far
@@ -91,9 +79,7 @@ class ConcurrencyLimiter:
         if baseline is not None and initial is not None:
             self._lows.append((0, baseline))
             self._slow_start = False
-            # As if the engine had pushed back one call above the learnt limit (what it kept up with): the limit
-            # dwells there, probing as after a back-off, rather than first probing a call more at once.
-            self._ceiling = self._estimate + 1
+            self._ceiling = self._estimate + 1  # it dwells at the learnt limit, probing as after a back-off
         self._window = self._start_window()
 
     @property
@@ -103,9 +89,7 @@ class ConcurrencyLimiter:
     def learnt(self) -> tuple[int, float] | None:
         """(limit, baseline) for a later limiter of the replica to start from, once the baseline is measured and the
         engine kept up with more than the lowest limit (None before). The limit is the last one the engine kept up
-        with, not a probe above it: where it pushed back, or, while the first climb goes on, as high as the climb
-        got with every answer in time. A batch that ends before its climb does (a batch of a few seconds) so leaves
-        a restarted worker the level it reached, instead of the bottom again."""
+        with, not a probe above it; while the first climb goes on, as high as it got with every answer in time."""
         if self._last_baseline is None or (self._slow_start and self._kept_up <= self.min_limit):
             return None
         return self._kept_up, self._last_baseline
@@ -149,7 +133,7 @@ class ConcurrencyLimiter:
                 load = (busy - token.busy) / (now - token.sent) if now > token.sent else self._in_flight + 1
                 window.answered(latency, load)
         if outcome is Outcome.SUCCESS and self._slow_start and self._lows and self._in_flight + 1 >= self.limit \
-                and latency <= (1 + self.tolerance) * self._recent_low():
+                and latency <= (1 + TOLERANCE) * self._recent_low():
             self._kept_up = max(self._kept_up, self.limit)
             self._set_estimate(self._estimate + 1)  # every slot was taken and the engine kept up
         if outcome.backs_off and token.sent >= self._backed_off:
@@ -195,7 +179,7 @@ class ConcurrencyLimiter:
         """A new window (calls of an undecided earlier one, out still, no longer count)."""
         self._windows += 1
         least = MIN_WINDOW if not self._slow_start else SLOW_START_WINDOW if self._lows else MIN_ANSWERS
-        self._window = Window(max(least, self.limit), (1 + self.tolerance) * self._recent_low(), self._in_flight,
+        self._window = Window(max(least, self.limit), (1 + TOLERANCE) * self._recent_low(), self._in_flight,
                               self._windows)
         return self._window
 
@@ -214,7 +198,7 @@ class ConcurrencyLimiter:
             if len(window.latencies) < 2:  # all failed: nothing to judge
                 self._start_window()
                 return
-            tolerated = (1 + self.tolerance) * self._offer_baseline(window)  # the baseline this window may lower
+            tolerated = (1 + TOLERANCE) * self._offer_baseline(window)  # the baseline this window may lower
             typical = window.quantile()
             if window.lower_bound() > tolerated or (typical > tolerated and self.limit <= self.min_limit):
                 self._slow_window(window, tolerated)
@@ -225,9 +209,7 @@ class ConcurrencyLimiter:
 
     def _decided(self, window: Window) -> None:
         """The window's verdict is taken before all of it is back. It still gets all its calls (before the next
-        window's), and offers its latency to the baseline once they are back: cut short, how many calls it got
-        would depend on how fast its first answers came, and the baseline, a low value, would be drawn to windows
-        whose few calls happened to be short."""
+        window's), and offers its latency to the baseline once they are back (why: docs/engines.md)."""
         if window.complete:
             self._offer_baseline(window)
             return
@@ -236,36 +218,27 @@ class ConcurrencyLimiter:
             self._filling = window
 
     def _slow_window(self, window: Window, tolerated: float) -> None:
-        """Load slows the engine: the limit shrinks (from what was really in flight) by tolerated / observed. At
-        the lowest limit there is no load of ours to shed, and a window beyond the tolerated latency (slower, or
-        its median beyond it) says the engine or the work got slower or the baseline was measured low: the next
-        window measures it again (as BBR drains its queue to measure the round trip); not this one, which was
-        picked for being slow."""
-        if self.limit <= self.min_limit:
+        """Load slows the engine: the limit shrinks (from what was really in flight) by tolerated / observed. Or the
+        baseline starts over: at the lowest limit, with no load of ours to shed, the next window measures it (not
+        this one, picked for being slow); in slow start, once, from a window whose throughput still rose, whose
+        latency is the baseline from then on (the windows before it offer theirs no more)."""
+        at_bottom = self.limit <= self.min_limit
+        if at_bottom or (self._slow_start and not self._rebased and self._throughput_rose(window)):
             self._kept_up = self.limit
             self._lows.clear()
             window.offers_later = False
-            self._ceiling = math.inf  # found against the old baseline
+            if at_bottom:
+                self._ceiling = math.inf  # found against the old baseline
+            else:
+                self._lows.append((self._windows, window.quantile_bound()))
+                self._last_baseline = self._recent_low()
+                self._rebased = self._windows + 1
             self._start_window()
-            return
-        if self._slow_start and not self._rebased and self._throughput_rose(window):
-            self._rebase(window)
             return
         low, high = LATENCY_BACKOFF
         ceiling = min(self._estimate, window.peak)
         self._set_estimate(ceiling * min(high, max(low, tolerated / window.quantile())))
         self._back_off(ceiling)
-
-    def _rebase(self, window: Window) -> None:
-        """Slow start goes on from a window slower than the baseline tolerates whose throughput still rose: its
-        latency is the baseline from now on, and the windows before it offer theirs no more."""
-        self._kept_up = self.limit
-        self._lows.clear()
-        self._lows.append((self._windows, window.quantile_bound()))
-        self._last_baseline = self._recent_low()
-        self._rebased = self._windows + 1
-        window.offers_later = False
-        self._start_window()
 
     def _throughput_rose(self, window: Window) -> bool:
         measured = window.load_and_throughput()
@@ -288,7 +261,10 @@ class ConcurrencyLimiter:
                 self._ceiling = math.inf
                 self._streak = 0
             self._streak += 1
-            self._set_estimate(self._estimate + self._growth_step())
+            # One more call per good window in a row, but below the ceiling at most half the way to it, and at the
+            # least one call or, below 16, PROBE_STEP of the limit.
+            least = min(1.0, self._estimate * PROBE_STEP)
+            self._set_estimate(self._estimate + min(self._streak, max(least, (self._ceiling - self._estimate) / 2)))
         self._start_window()
 
     def _offer_baseline(self, window: Window) -> float:
@@ -306,14 +282,6 @@ class ConcurrencyLimiter:
         while self._lows and self._lows[0][0] <= self._windows - BASELINE_WINDOWS:
             self._lows.popleft()
         return self._lows[0][1] if self._lows else math.inf
-
-    def _growth_step(self) -> float:
-        """One more call per good window in a row (growth speeds up while the engine keeps up), but below the
-        ceiling at most half the way to it, and at the least one call or, below 16, ``PROBE_STEP`` of the limit:
-        the limit dwells near where the engine pushed back, and at a low limit, where one call more is a large step,
-        for several windows. Past the ceiling, the count starts again from one."""
-        least = min(1.0, self._estimate * PROBE_STEP)
-        return min(self._streak, max(least, (self._ceiling - self._estimate) / 2))
 
     def _back_off(self, ceiling: float) -> None:
         self._kept_up = min(self._kept_up, self.limit)

@@ -1,13 +1,11 @@
-"""One engine replica as a worker process sees it: its own health, its own in-flight count and limit.
-
-A model's engine has one replica per ``base_urls`` entry (one for ``base_url`` and for in-process engines). A
-replica that is down (its probe gets no answer) or sick (it fails every call while its probe passes) is out of
-rotation until its prober sees it answer again; the gate sends to the replicas that are open.
-"""
+"""One engine replica as a worker process sees it (one per ``base_urls`` entry): its own health, in-flight count
+and limit. A replica down (its probe gets no answer) or sick (it fails every call while its probe passes) is out of
+rotation until its prober sees it answer again (docs/design.md, "The engine gate")."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -16,8 +14,10 @@ from typing import Any, Literal
 from ..backoff import Backoff
 from ..config import Settings
 from ..engines.base import Engine, EngineReply, EngineUnavailable
+from ..engines.load_metrics import MetricsReader
 from ..errors import error_envelope
 from ..metrics import ENGINE_CONCURRENCY_LIMIT, ENGINE_IN_FLIGHT, ENGINE_UP
+from .engine_load import EngineLoad
 from .limiter import ConcurrencyLimiter
 from .outcome import Outcome, outcome_of
 
@@ -38,6 +38,8 @@ class Replica:
         self.limiter = limiter
         self.capacity = capacity  # requests it takes at once before load spills to another (fixed concurrency)
         self.in_flight = 0
+        self.load: EngineLoad | None = None  # the engine's own load, with ``load_metrics`` (``watch_load``)
+        self._room = asyncio.Event()  # set (and replaced) when a call ends or the load is read: room may have come
         self.failing = 0  # records now between their first retryable failure here and their final answer
         self.last_ok_sent = 0.0  # monotonic send time of the latest-sent call here that got a non-failure answer
         self.reason: Outage = "down"
@@ -56,9 +58,43 @@ class Replica:
     def is_open(self) -> bool:
         return self._open.is_set()
 
+    def watch_load(self, reader: MetricsReader, *, yields: bool) -> None:
+        """Read the engine's own load (``load_metrics``) while the replica is in use; with ``yields``, leave
+        others' requests room (``worker/engine_load.py``)."""
+        self.load = EngineLoad(self.model, self.name, reader, yields=yields, ours=lambda: self.in_flight,
+                               own_limit=lambda: self.own_limit, on_read=self._room_changed)
+
+    @property
+    def own_limit(self) -> int:
+        """The calls it takes at once by its limiter or its share of the fixed concurrency."""
+        return self.limiter.limit if self.limiter is not None else self.capacity
+
     @property
     def limit(self) -> int:
-        return self.limiter.limit if self.limiter is not None else self.capacity
+        """``own_limit``, less the room left to others' requests on the engine."""
+        return self.own_limit if self.load is None else self.load.room()
+
+    @property
+    def yielding(self) -> bool:
+        return self.load is not None and self.load.yielding
+
+    @property
+    def held_back(self) -> bool:
+        """Yielding with no room left: no new call goes to it."""
+        return self.load is not None and self.headroom <= 0 and self.yielding
+
+    async def load_known(self) -> None:
+        """Before a call is sent to it: its load read, if it has load metrics."""
+        if self.load is not None:
+            await self.load.in_use()
+
+    async def wait_room(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._room.wait(), timeout)
+
+    def _room_changed(self) -> None:
+        self._room.set()
+        self._room = asyncio.Event()
 
     @property
     def saturated(self) -> bool:
@@ -75,10 +111,8 @@ class Replica:
         return hashlib.blake2b(group.to_bytes(8, "little"), digest_size=8, key=self._seed).digest()
 
     async def wait_open(self, timeout: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._open.wait(), timeout)
-        except TimeoutError:
-            pass
 
     async def send(self, endpoint: str, body: dict[str, Any]) -> tuple[EngineReply, Outcome]:
         """One call, inside this replica's limiter when the model's concurrency is adaptive."""
@@ -96,6 +130,7 @@ class Replica:
             return reply, outcome
         finally:
             self.in_flight -= 1
+            self._room_changed()
             if token is not None:
                 assert self.limiter is not None
                 self.limiter.release(token, outcome)
@@ -155,4 +190,6 @@ class Replica:
         for task in (self._prober, self._checking):
             if task is not None:
                 task.cancel()
+        if self.load is not None:
+            await self.load.aclose()
         await self.engine.aclose()

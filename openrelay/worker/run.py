@@ -1,11 +1,7 @@
 """Running one claimed batch: keep ``concurrency`` requests in flight, then finalize it from what its records hold.
-
-Three helpers do the rest: the ``EngineGate`` owns retries and outages, the ``ChunkWriter`` makes finished records
-durable, the ``LeaseKeeper`` renews the lease and sees a cancel. A crash loses at most the records in flight or
-waiting for a write, and those run again on resume. A record's failure is only that record's: whatever an engine,
-a tool loop or the record itself raises becomes its own error line. The terminal status is decided at the end from
-the store's counts, by ``lifecycle.decide_end``.
-"""
+The ``EngineGate`` owns retries and outages, the ``ChunkWriter`` makes finished records durable, the ``LeaseKeeper``
+renews the lease and sees a cancel. Whatever a record raises becomes its own error line; the terminal status is
+decided at the end from the store's counts (``lifecycle.decide_end``)."""
 
 from __future__ import annotations
 
@@ -35,6 +31,7 @@ from .gate import EngineGate, Stopped, StopReason
 from .inputs import Unreadable, read_rejections
 from .lease import LeaseKeeper
 from .lines import engine_error_line, error_line, output_line, unrun_line
+from .tool_errors import ToolLoopFailed
 
 __all__ = ["BatchRun", "RunIncomplete"]
 
@@ -46,15 +43,6 @@ _STOPPED_ENDS = {"cancelled": End.CANCELLED, "expired": End.EXPIRED, "aborted": 
 
 class RunIncomplete(Exception):
     """The run ended with records unrun and no reason to leave them: the run failed, and is tried again."""
-
-
-class _RecordFailed(Exception):
-    """A record that ends with an error line of its own code (its tool loop failed), not an engine's answer."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class BatchRun:
@@ -117,24 +105,24 @@ class BatchRun:
         return self.rt.results.chunks(self.batch.id), read_rejections(self.rt.blobs, self.batch)
 
     async def _mark_running(self, limit: int | None) -> None:
-        """``Batches.mark_running`` while the first record goes out, then the limit kept shown as it changes."""
+        """``BatchLeases.mark_running`` while the first record goes out, then the limit kept shown as it changes."""
         await asyncio.to_thread(self.rt.leases.mark_running, self.batch.id, self.worker_id, limit)
         self._publishing = asyncio.create_task(self._publish_limit(limit))
 
-    async def _publish_limit(self, shown: int | None) -> None:
-        """Keep the batch's row showing the concurrency it runs at (the progress object's
-        ``concurrency_limit``): fixed, the model's ``concurrency``; adaptive, what the limiters of the model's
-        open replicas allow now, shared by its running batches in this process. ``shown``: what the row shows
-        already (``mark_running`` wrote it). Written when it changes, at most once a second; a failed write is
-        tried at the next change."""
+    async def _publish_limit(self, limit: int | None) -> None:
+        """Keep the row's ``concurrency_limit`` and ``yielding`` as the progress object shows them
+        (docs/progress-and-dry-run.md), from ``limit``, what ``mark_running`` wrote: at most once a second, when
+        they change; a failed write is tried at the next change."""
+        shown: tuple[int | None, bool | None] = (limit, None)  # a resumed run may find ``yielding`` left set
         while True:
             await asyncio.sleep(max(1.0, self.settings.worker.tick_seconds))
-            limit = self._concurrency_now()
-            if limit != shown:
+            room = self.gate.room  # records wait for it at the gate, taken from the queue: they go as it comes
+            now = (self._concurrency_now(), False) if room is None else (min(room, self._concurrency_now()), True)
+            if now != shown:
                 try:
                     await asyncio.to_thread(self.rt.leases.set_concurrency_limit, self.batch.id, self.worker_id,
-                                            limit)
-                    shown = limit
+                                            *now)
+                    shown = now
                 except Exception as exc:  # noqa: BLE001 - the store is away: progress can wait, the run goes on
                     log.debug("batch %s: showing its concurrency failed: %s", self.batch.id, exc)
 
@@ -250,7 +238,7 @@ class BatchRun:
             if stop.reason in _STOPPED_ENDS:  # lost or drained: the record runs again where the batch goes
                 self.writer.add_error(line, unrun_line(custom_id, _STOPPED_ENDS[stop.reason], waiting=True))
             return False
-        except (_RecordFailed, NoRoom) as exc:
+        except (ToolLoopFailed, NoRoom) as exc:  # a tool loop's failure, or no budget: an error line of its code
             self.writer.add_error(line, error_line(custom_id, code=exc.code, message=str(exc)))
             self.abort.settled(failed=True)
         except Exception as exc:  # noqa: BLE001 - whatever else breaks is this record's failure, not the batch's
@@ -268,13 +256,10 @@ class BatchRun:
         if tool_config is None:
             return await self._call(_engine_body(body), group)
         # Imported here: the MCP SDK takes half a second to load, and only records that call tools need it.
-        from .tools import ToolLoopFailed, run_tool_loop
+        from .tools import run_tool_loop
 
-        try:
-            call = functools.partial(self._call, group=group)
-            return await run_tool_loop(_engine_body(body), tool_config, call, self.rt.catalog, self.batch.endpoint)
-        except ToolLoopFailed as exc:
-            raise _RecordFailed(exc.code, exc.message) from exc
+        call = functools.partial(self._call, group=group)
+        return await run_tool_loop(_engine_body(body), tool_config, call, self.rt.catalog, self.batch.endpoint)
 
     async def _call(self, body: dict[str, Any], group: int = 0) -> EngineReply:
         return await self.gate.answer(self.batch.endpoint, body, self._stop_reason, group)

@@ -1,11 +1,6 @@
-"""Workers that spread by themselves: a worker's heartbeat in the store, and its share of each model's slots.
-
-Each worker renews its row in ``workers`` (``store/workers.py``) a few times per lease; the live workers serving a
-model, counted there, split its slots: a worker starts a batch of a model only while it runs fewer than
-``ceil(slots / live workers serving it)`` of them, so one worker alone takes every slot, and two split four slots
-two and two. The slots themselves are still counted over every worker under the model's lock (``store/leases.py``); the
-share only keeps one worker from taking them all before the others look. ``--max-batches`` caps a worker on top.
-"""
+"""Workers that spread by themselves: a worker's heartbeat in the store, and its share of each model's slots,
+``ceil(slots / live workers serving it)`` (docs/deploy.md). The slots themselves are counted over every worker
+under the model's lock (``store/leases.py``)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
-"""The sweeper: deletes what is past its time, files' bytes included (docs/design.md, "Expiry and retention").
-
-Every worker runs one; a lease in the store (``Retention.take_pass``, by the database's clock) lets one pass run
-at a time across the fleet, at most every ``sweep_seconds`` unless the last one stopped at its bound
-(``sweep_limit`` rows of each kind). ``orl admin prune`` runs passes on demand (``prune``).
-"""
+"""The sweeper: deletes what is past its time, files' bytes included. Every worker runs one; a lease in the store
+(``Retention.take_pass``) lets one pass run at a time across the fleet; ``orl admin prune`` runs passes on demand
+(``prune``). The rules: docs/design.md, "Expiry and retention"."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -124,7 +122,5 @@ class Sweeper:
                     continue  # it stopped at its bound: the next pass at once
             except Exception:  # the store or the blob store is away: a later pass tries again
                 log.exception("sweeper pass failed")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=min(self.settings.sweep_seconds, 5.0))
-            except TimeoutError:
-                pass

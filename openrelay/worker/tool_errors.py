@@ -1,13 +1,6 @@
-"""How a tool loop ends when it fails: ``ToolLoopFailed``, and the mapping of whatever crossed the MCP sessions'
-task groups (exception groups, chained causes) to the one failure the record ends with.
-
-``ToolLoopFailed`` ends the record as an error line, its ``code`` one of:
-
-- ``tool_server_not_allowed``: the allow-list or the address check refuses a server;
-- ``tool_server_unavailable``: a server cannot be resolved, reached, or would not list its tools;
-- ``tool_timeout``: the record spent its tool-server time (``record_timeout_seconds``);
-- ``tool_rounds_exceeded``: the model still called server tools after ``max_rounds`` rounds.
-"""
+"""How a tool loop ends when it fails: ``ToolLoopFailed`` (its codes: docs/tool-calling.md), and the mapping of
+whatever crossed the MCP sessions' task groups (exception groups, chained causes) to the one failure the record
+ends with."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""How a tool loop speaks each endpoint: where the conversation is, how tools are offered, how calls come back.
-
-Chat completions keep the conversation in ``messages``, offer ``{"type": "function", "function": {...}}`` tools,
-and answer calls in ``choices[0].message.tool_calls``, fed back as ``tool`` messages. The Responses API keeps it
-in ``input`` (a string is one user message), offers flat ``{"type": "function", "name": ...}`` tools, and answers
-calls as ``function_call`` items of ``output``, fed back as ``function_call_output`` items after the turn's own
-output items: the stateless way (no ``previous_response_id``), since the engine keeps nothing between calls.
-"""
+"""How a tool loop speaks each endpoint (chat completions, Responses): where the conversation is, how tools are
+offered, how calls come back and are answered, the stateless way (docs/tool-calling.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The tool loop of a record carrying ``body.openrelay.tool_config`` (docs/api-contract.md §8): connect to its MCP
-servers (the official ``mcp`` SDK), offer their tools beside the record's own (``tool_shapes``), run the calls the
-model makes and ask again until it answers without a server tool; the answer is the last turn, with ``usage``
-summed over every turn. Whatever a tool server does ends at most its record (``ToolLoopFailed``). The rules, the
-limits and the allow-list: docs/tool-calling.md; the time budget is ``tool_budget.py``'s, the failure codes
-``tool_errors.py``'s."""
+"""The tool loop of a record carrying ``body.openrelay.tool_config``: connect to its MCP servers, offer their tools
+beside the record's own, run the model's calls and ask again until it answers without a server tool (usage summed
+over every turn). A tool server's failure ends at most its record. The rules: docs/tool-calling.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""What an engine's answer is billed for: the token counts of its ``usage``, read by endpoint.
-
-Chat and text completions count ``prompt_tokens`` and ``completion_tokens``, with the details vLLM, SGLang and
-llama-server report in ``prompt_tokens_details.cached_tokens`` (prompt tokens served from the engine's prefix
-cache) and ``completion_tokens_details.reasoning_tokens``. The Responses API names the same four
-``input_tokens``, ``output_tokens``, ``input_tokens_details.cached_tokens`` and
-``output_tokens_details.reasoning_tokens``. Embeddings count ``prompt_tokens`` only and have no details.
-Anthropic's Messages API counts ``input_tokens`` apart from ``cache_read_input_tokens`` and
-``cache_creation_input_tokens``: its input is their sum, its cached tokens the cache reads.
-"""
+"""What an engine's answer is billed for: the token counts of its ``usage``, read by endpoint (chat and text
+completions, Responses, embeddings, Anthropic's Messages; the fields: docs/engines.md and docs/api-contract.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A worker: claims batches from the store and runs, drains or finalizes them. Also the scheduler's chores.
-
-Workers share nothing but the store, so any number of them (in ``orl serve`` or ``orl worker`` processes on
-other machines) can run against one database and blob store.
-"""
+"""A worker: claims batches from the store and runs, drains or finalizes them, and the scheduler's chores. Workers
+share nothing but the store, so any number of them can run against one database and blob store."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ from ..backoff import Backoff
 from ..catalog import ModelSpec
 from ..clock import now_ns
 from ..engines.base import Engine
-from ..engines.factory import build_replicas
+from ..engines.factory import build_replicas, load_readers
 from ..lifecycle import End, decide_end
 from ..runtime import Runtime
 from ..store.engine_limits import Learnt
@@ -73,6 +70,8 @@ class Worker:
             replicas = [Replica(model, name, engine, self.rt.settings, capacity=capacity,
                                 limiter=_limiter(spec, (learnt or {}).get(name)))
                         for name, engine in engines]
+            for replica, reader in zip(replicas, load_readers(spec), strict=False):
+                replica.watch_load(reader, yields=spec.engine.get("yield_to_interactive", True))
             self._gates[model] = EngineGate(model, replicas, self.rt.settings, adaptive=spec.adaptive)
             self._groups[model] = ModelGroups()
         return self._gates[model]
@@ -91,15 +90,13 @@ class Worker:
                 log.exception("worker tick failed")
             if burst and not self._active and not self._wake.is_set():  # a wake: a batch ended during the claim
                 return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rt.settings.worker.tick_seconds)
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     async def tick(self) -> None:
         """Claim until the store has nothing for this worker (a claim also queues the batches validated since the
-        last one: ``Batches.claim``), or until this worker may start nothing more."""
+        last one: ``BatchLeases.claim``), or until this worker may start nothing more."""
         while len(self._active) < self.capacity and self.slots:
             started = now_ns()
             batch = await asyncio.to_thread(self.rt.leases.claim, self.worker_id, self.slots,
@@ -215,9 +212,7 @@ class Worker:
     async def stop(self) -> None:
         """Drain: claim nothing more, let the calls in flight finish and become durable (for at most
         ``drain_seconds``, then they are cancelled and run again elsewhere), hand every batch back."""
-        self._stop.set()
-        self._wake.set()
-        self.draining = True
+        self.request_stop()
         held = list(self._active)
         active = list(self._active.values())
         if active:
@@ -257,7 +252,6 @@ class Worker:
 def _limiter(spec: ModelSpec, learnt: Learnt | None) -> ConcurrencyLimiter | None:
     if not spec.adaptive:
         return None
-    if learnt is None:
-        return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency)
-    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency, initial=learnt.limit,
-                              baseline=learnt.baseline_seconds)
+    initial, baseline = (None, None) if learnt is None else (learnt.limit, learnt.baseline_seconds)
+    return ConcurrencyLimiter(min_limit=spec.min_concurrency, max_limit=spec.max_concurrency, initial=initial,
+                              baseline=baseline)

@@ -11,9 +11,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from openrelay.catalog import Catalog, parse_catalog
 from openrelay.config import Settings, WebhookSettings
 from openrelay.store.db import Database
+from openrelay.store.schema import webhook_deliveries
 from openrelay.store.webhook_endpoints import WebhookEndpoints
 from openrelay.store.webhook_log import WebhookLog
 from openrelay.store.webhook_outbox import WebhookOutbox
@@ -34,6 +37,12 @@ class WebhookStores:
     @classmethod
     def of(cls, db: Database) -> WebhookStores:
         return cls(WebhookEndpoints(db), WebhookOutbox(db), WebhookLog(db))
+
+    def delivery_states(self, event_id: str) -> dict[str, str]:
+        """endpoint id -> state, for one event."""
+        d = webhook_deliveries.c
+        with self.log.db.read() as conn:
+            return dict(conn.execute(sa.select(d.endpoint_id, d.state).where(d.event_id == event_id)).all())
 
 
 def receiver_catalog(receiver: Receiver) -> Catalog:

@@ -8,7 +8,7 @@ import pytest
 
 from openrelay.backoff import Backoff
 from openrelay.config import Settings, WebhookSettings
-from openrelay.webhooks.delivery import retry_backoff, retry_delay
+from openrelay.webhooks.delivery import retry_backoff
 
 
 def test_waits_start_at_the_base_and_double_up_to_the_cap() -> None:
@@ -46,7 +46,7 @@ def test_webhook_retries_wait_at_least_their_schedule_and_at_most_a_quarter_more
     settings = Settings(data_dir=".", database_url="sqlite://",  # type: ignore[arg-type]
                         webhooks=WebhookSettings(retry_base_seconds=5.0, retry_max_seconds=3600.0))
     rng = random.Random(attempt)
-    nominal = retry_delay(settings, attempt)
+    nominal = retry_backoff(settings).nominal(attempt)
     draws = [retry_backoff(settings).delay(attempt, rng) for _ in range(100)]
     assert all(nominal <= d <= min(3600.0, nominal * 1.25) for d in draws)
     if nominal * 1.25 <= 3600.0:

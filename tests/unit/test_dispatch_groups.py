@@ -12,7 +12,7 @@ import orjson
 
 from openrelay.blobs.keys import dispatch_order_key
 from openrelay.blobs.local import LocalBlobStore
-from openrelay.prefix import DispatchEntry, encode_entries
+from openrelay.prefix import ENTRY, DispatchEntry
 from openrelay.types import Batch, BatchStatus
 from openrelay.worker.dispatch import DispatchQueue, ModelGroups, Pending
 
@@ -83,7 +83,7 @@ def _queue(tmp_path: Path, groups: dict[int, int], in_flight: int | Callable[[],
     with blobs.writer("files/input") as out:
         out.write(b"\n".join(lines) + b"\n")
     with blobs.writer(dispatch_order_key("batch_q")) as out:
-        out.write(encode_entries(entries))
+        out.write(b"".join(ENTRY.pack(*entry) for entry in entries))
     batch = Batch(id="batch_q", org_id="org", key_id="key", endpoint="/v1/chat/completions", input_file_id="file",
                   input_blob_key="files/input", completion_window="24h", priority="standard",
                   status=BatchStatus.IN_PROGRESS, model="m", created_at=0, expires_at=86_400)

@@ -53,7 +53,6 @@ def _create(db: Database, org_id: str, key_id: str, *, model: str = "m/a", prior
 def _run(db: Database, batch_id: str, key_id: str, *, records: int = 2) -> None:
     """Claim the batch (alone in its queue) and commit a chunk of ``records`` settled records."""
     store = BatchLeases(db)
-    store.promote_validated()
     claimed = store.claim(WORKER, {"m/a": 100, "m/b": 100}, 60.0)
     assert claimed is not None and claimed.id == batch_id
     store.mark_running(batch_id, WORKER, None)
@@ -147,8 +146,8 @@ def test_every_transaction_that_ends_edits_or_prunes_an_ended_batch_keeps_the_su
     assert Batches(db).get(o, while_finalizing).status is BatchStatus.CANCELLED
     running = _create(db, o, k, tags="red")
     _run(db, running, k)
-    _create(db, o, k, tags="red, blue")  # queued; as a retry's new batch is
-    BatchLeases(db).promote_validated()
+    _create(db, o, k, tags="red, blue")  # queued by the claim below (no slot to run it); as a retry's new batch is
+    assert BatchLeases(db).claim(WORKER, {"m/a": 0, "m/b": 0}, 60.0) is None
     _create(db, o, k)  # validating
     noise = _create(db, other.id, other_key.id, tags="red")
     _run(db, noise, other_key.id)

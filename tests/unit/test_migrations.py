@@ -96,7 +96,6 @@ def test_a_new_store_gets_the_schema_of_schema_py_and_a_second_run_does_nothing(
                        for name, _type, nullable, _default in found[table.name]["columns"]}
             assert columns == {c.name: (bool(c.nullable) and not c.primary_key, c.primary_key)
                                for c in table.columns}, table.name
-            assert {i.name for i in table.indexes} <= {i[0] for i in found[table.name]["indexes"]}, table.name
         assert set(found) - {"sqlite_master"} <= {t.name for t in metadata.sorted_tables} | {"batch_text"} | {
             f"batch_text_{shadow}" for shadow in ("data", "idx", "content", "docsize", "config")}
         db.dispose()

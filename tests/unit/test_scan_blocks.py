@@ -1,18 +1,16 @@
-"""The create's fastest path: a block of lines decoded in one call (``scan._ordinary_block``) when every line of it
-is an ordinary record. Whatever a block holds, the verdicts are the full rules' (``test_scan_fast_path.reference``),
-and the lines' places (offsets, lengths) are those of the file."""
+"""The create's scan reads its input a block of lines at a time. Whatever a block holds, the verdicts are those of
+the whole parse (``test_record_readers.reference``), and the lines' places (offsets, lengths) are those of the
+file."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from openrelay.validation import lines as lines_module
-from openrelay.validation import scan
 from openrelay.validation.lines import Block, read_blocks
 from openrelay.validation.records import NumberGate
 from openrelay.validation.scan import inline_lines, scan_records
-from tests.unit.test_scan_fast_path import CATALOG, EP, record, reference, scanned
+from tests.unit.test_record_readers import CATALOG, EP, record, reference, scanned
 
 
 def ordinary(count: int, prefix: str = "r", model: str = "m/chat") -> list[bytes]:
@@ -24,7 +22,7 @@ TWO_ON_ONE_LINE = orjson.dumps(record("x1")) + b" " + orjson.dumps(record("x2"))
 
 @pytest.mark.parametrize("odd", [
     [],  # every line ordinary: the block is decoded in one call
-    [b"", TWO_ON_ONE_LINE],  # a blank line and a line of two records: as many values as lines
+    [b"", TWO_ON_ONE_LINE],  # a blank line and a line of two records
     [b"   ", TWO_ON_ONE_LINE],  # a line of spaces instead
     [b"\t\r", TWO_ON_ONE_LINE],
     [b" " + orjson.dumps(record("leading-space"))],  # an ordinary record after a space: accepted
@@ -53,10 +51,7 @@ def test_blocks_of_many_megabytes_with_duplicates_and_models_across_blocks(tmp_p
     assert scanned(lines[:20_000], tmp_path) == ("m/chat", [])
 
 
-def test_custom_ids_that_hash_alike_are_told_apart_by_the_full_pass(tmp_path, monkeypatch):
-    """The first pass keeps only a hash of each custom_id: equal hashes send the input to the full pass, which
-    compares the ids themselves, so ids that merely hash alike are no duplicates."""
-    monkeypatch.setattr(scan, "_id_hash", lambda _custom_id: 7)  # every id collides with every other
+def test_a_custom_id_twice_rejects_both_records_and_no_other(tmp_path):
     lines = ordinary(3_000)
     assert scanned(lines, tmp_path) == reference(lines) == ("m/chat", [])
     lines[2_500] = orjson.dumps(record("r12"))
@@ -96,21 +91,3 @@ def test_the_number_gate_reads_a_block_to_its_last_byte(tail, suspect):
     for data in (tail, b'{"a":1}\n' + tail, b"x" * 1000 + b"\n" + tail):
         block = Block(1, data)
         assert gate.suspects(block) == (({block.count - 1} if suspect else set()), True), data[-20:]
-
-
-@pytest.mark.parametrize("short", [b"", b"  ", b"x" * 30])
-def test_lines_long_then_short_keep_their_places(short, tmp_path, monkeypatch):
-    """After a block of long lines the next block's newlines are looked for one by one; a block of short lines
-    there goes back to numpy's marks, and every line keeps its place either way."""
-    find, found = lines_module._find_newlines, []
-    monkeypatch.setattr(lines_module, "_find_newlines", lambda data: found.append(find(data)) or found[-1])
-    lines = [b"y" * (3_000 + i % 5) for i in range(800)] + [short] * 60_000 + [b"z" * 2_500] * 900
-    path = tmp_path / "in.jsonl"
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    with open(path, "rb") as handle:
-        blocks = list(read_blocks(handle, 1 << 20))
-    assert any(f is None for f in found) and any(f is not None for f in found)  # both ways were taken
-    assert [raw for block in blocks for raw in block.lines] == lines
-    for block in blocks:
-        assert block.newlines().tolist() == [i for i, byte in enumerate(block.data) if byte == 10]
-        assert block.lengths().tolist() == [len(raw) for raw in block.lines]

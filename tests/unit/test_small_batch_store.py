@@ -46,7 +46,7 @@ def _chunk(seq: int, lines: list[int]) -> Chunk:
 
 def test_a_claim_queues_the_validated_batches_itself_and_says_it_took_one_from_the_queue(db: Database) -> None:
     batch = _validated_batch(db)
-    claimed = BatchLeases(db).claim("w1", {"m": 2}, 60.0)  # no promote_validated before it
+    claimed = BatchLeases(db).claim("w1", {"m": 2}, 60.0)  # a claim queues the validated batch itself
     assert claimed is not None and claimed.id == batch.id
     assert claimed.status is BatchStatus.IN_PROGRESS and claimed.from_queue and claimed.lease_owner == "w1"
     assert BatchLeases(db).claim("w1", {"m": 2}, 60.0, frozenset({batch.id})) is None

@@ -13,7 +13,7 @@ from standardwebhooks import Webhook
 from openrelay.catalog import parse_catalog
 from openrelay.config import Settings, WebhookSettings
 from openrelay.errors import CatalogError
-from openrelay.webhooks.delivery import retry_delay
+from openrelay.webhooks.delivery import retry_backoff
 from openrelay.webhooks.network import address_refusal, webhook_url_problem
 from openrelay.webhooks.signing import new_secret, signed_headers
 
@@ -97,7 +97,8 @@ def test_webhooks_allow_is_checked_like_tools_allow() -> None:
 def test_backoff_doubles_from_the_base_up_to_the_cap() -> None:
     settings = Settings(data_dir=".", database_url="sqlite://",  # type: ignore[arg-type]
                         webhooks=WebhookSettings(retry_base_seconds=5.0, retry_max_seconds=3600.0))
-    assert [retry_delay(settings, n) for n in range(1, 12)] == [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600]
+    backoff = retry_backoff(settings)
+    assert [backoff.nominal(n) for n in range(1, 12)] == [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600]
 
 
 def test_signatures_verify_with_standardwebhooks_and_the_openai_sdk() -> None:

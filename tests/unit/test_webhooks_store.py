@@ -105,7 +105,7 @@ def test_the_terminal_status_writes_its_event_and_a_delivery_per_live_endpoint(d
     _finalize(db, batch_id, org_id, status=BatchStatus.CANCELLED)
     [(event_id, event_type)] = _events(db, batch_id)
     assert event_type == "batch.cancelled"
-    assert store.log.delivery_states(event_id) == {e.id: "pending" for e in kept if e is not None}
+    assert store.delivery_states(event_id) == {e.id: "pending" for e in kept if e is not None}
     with pytest.raises(LeaseLost):  # a finalizing again (a crashed worker's retry) finds the lease gone
         _finalize(db, batch_id, org_id)
     assert len(_events(db, batch_id)) == 1
@@ -183,7 +183,7 @@ def test_a_retry_past_the_give_up_window_ends_the_delivery(db: Database) -> None
     store, _expected = _due_deliveries(db, 4)
     due = claimed(store)[0]
     assert record(store, due, "failed", backoff=Backoff(base=10.0, cap=10.0), give_up_after=5.0) == "failed"
-    assert store.log.delivery_states(due.event_id)[due.endpoint_id] == "failed"
+    assert store.delivery_states(due.event_id)[due.endpoint_id] == "failed"
     assert all(d.endpoint_id != due.endpoint_id or d.event_id != due.event_id for d in claimed(store))
 
 
@@ -215,8 +215,8 @@ def test_an_endpoint_gets_only_the_event_types_it_subscribes_to(db: Database) ->
     _finalize(db, cancelled, org_id, status=BatchStatus.CANCELLED)
     [(completed_event, _)] = _events(db, completed)
     [(cancelled_event, _)] = _events(db, cancelled)
-    assert set(store.log.delivery_states(completed_event)) == {every.id, done.id}
-    assert set(store.log.delivery_states(cancelled_event)) == {every.id}
+    assert set(store.delivery_states(completed_event)) == {every.id, done.id}
+    assert set(store.delivery_states(cancelled_event)) == {every.id}
 
 
 def test_a_rotated_endpoint_is_signed_by_both_secrets_for_the_overlap_only(db: Database) -> None:
@@ -288,7 +288,7 @@ def test_pruning_deletes_the_old_log_of_finished_deliveries_only(db: Database) -
     pruned = store.log.prune_delivery_log(older_than=0, rows_per_transaction=1)
     assert pruned == PrunedLog(attempts=3, deliveries=3, events=1)
     assert [(a.event_id, a.endpoint_id) for a in store.log.attempts(org_id=org_id)] == [(retrying_event, endpoint.id)]
-    assert _events(db, finished) == [] and store.log.delivery_states(retrying_event) == {endpoint.id: "pending"}
+    assert _events(db, finished) == [] and store.delivery_states(retrying_event) == {endpoint.id: "pending"}
     with pytest.raises(NotFound):
         store.log.replay_delivery(finished_delivery)
     assert store.log.prune_delivery_log(older_than=0) == PrunedLog(attempts=0, deliveries=0, events=0)
@@ -370,7 +370,7 @@ def test_retention_keeps_a_batch_whose_webhook_is_still_owed(db: Database) -> No
     [due] = claimed(store)
     assert record(store, due, "failed") == "pending"  # being retried: still owed, still kept
     assert retention.ended_batches(older_than_days=0, limit=100).rows == 0
-    assert store.log.delivery_states(event_id) == {endpoint: "pending"}
+    assert store.delivery_states(event_id) == {endpoint: "pending"}
 
     store.log.replay_delivery(due.delivery_id)  # sent again now, and delivered: nothing is owed any more
     [again] = claimed(store)
