@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from ..engines.load_metrics import MetricsReader
 from ..metrics import ENGINE_KV_CACHE_USAGE, ENGINE_LOAD, ENGINE_LOAD_READABLE, ENGINE_YIELDING
 
-__all__ = ["EngineLoad", "Reading", "room"]
+__all__ = ["EngineLoad", "Reading", "room", "LINGER_SECONDS"]
 
 log = logging.getLogger("openrelay.worker")
 
 READ_SECONDS = 0.25  # how often a replica in use is read
 _IDLE_SECONDS = 5.0  # a replica with no call of ours for this long is read no more (until the next)
+LINGER_SECONDS = 3.0  # after others' requests were last seen, their slot stays free this long: one every few s
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +37,15 @@ class Reading:
         return max(0, self.running + self.waiting - self.ours)
 
 
-def room(limit: int, reading: Reading | None, full: int | None) -> int:
+def room(limit: int, reading: Reading | None, full: int | None, lately: bool = False) -> int:
     """How many calls this process may have in flight on the replica, ``limit`` its own limit there: all of it
-    while only its requests are on the engine (or no reading is known); none while others' requests may be
-    waiting; while they run, as many as keep one of the engine's slots free (``full``: how many it ran when it
-    last made a request wait; unknown, no cap)."""
-    if reading is None or reading.others == 0:
+    while only its requests are on the engine (or no reading is known) and others' were not seen ``lately``; none
+    while others' requests may be waiting; while they run or were seen lately, as many as keep one of the engine's
+    slots free (``full``: how many it ran when it last made a request wait; unknown, no cap)."""
+    if reading is None:
         return limit
+    if reading.others == 0:
+        return limit if full is None or not lately else max(0, min(limit, full - 1))
     if reading.waiting > 0:
         return 0
     return limit if full is None else max(0, min(limit, full - 1 - reading.others))
@@ -67,6 +70,7 @@ class EngineLoad:
         self._on_read = on_read
         self._warned = False
         self._used = -math.inf
+        self._others_seen = -math.inf  # when a reading last showed others' requests
         self._task: asyncio.Task[None] | None = None
         self._first_read: asyncio.Future[None] | None = None  # done once reading, since it last started, read
 
@@ -84,7 +88,9 @@ class EngineLoad:
     def room(self) -> int:
         """The calls this process may have in flight on the replica now (``room`` above)."""
         limit = self._own_limit()
-        return room(limit, self.reading, self.full) if self.yields else limit
+        if not self.yields:
+            return limit
+        return room(limit, self.reading, self.full, time.monotonic() - self._others_seen < LINGER_SECONDS)
 
     @property
     def yielding(self) -> bool:
@@ -126,6 +132,8 @@ class EngineLoad:
                 log.info("engine of %s at %s: its load metrics read again", self.model, self.replica)
             self.readable = True
             self.reading = Reading(running, waiting, max(before, self._ours()), kv)
+            if self.reading.others > 0:
+                self._others_seen = time.monotonic()
             if waiting > 0 and running > 0:
                 self.full = running
         self._on_read()

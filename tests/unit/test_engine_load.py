@@ -13,7 +13,7 @@ from openrelay.config import Settings
 from openrelay.engines.factory import check_engines
 from openrelay.engines.load_metrics import UnreadableLoad, metrics_urls, parse_load
 from openrelay.errors import CatalogError
-from openrelay.worker.engine_load import Reading, room
+from openrelay.worker.engine_load import LINGER_SECONDS, Reading, room
 from openrelay.worker.gate import EngineGate
 from openrelay.worker.replicas import Replica
 from tests.support.mock_engine import MockEngine, echo
@@ -144,6 +144,17 @@ def test_the_room_left_to_others(limit: int, load: Reading | None, full: int | N
     assert room(limit, load, full) == allowed, why
 
 
+@pytest.mark.parametrize(("load", "full", "allowed", "why"), [
+    (reading(4, 0, 4), 4, 3, "others gone a moment ago: their slot stays free for the next one"),
+    (reading(4, 0, 4), None, 8, "the engine never seen full: no cap"),
+    (reading(3, 0, 2), 4, 2, "others running: as without lingering"),
+    (reading(4, 1, 4), 4, 0, "others waiting: nothing new"),
+])
+def test_a_slot_stays_free_a_while_after_others_leave(load: Reading, full: int | None, allowed: int,
+                                                      why: str) -> None:
+    assert room(8, load, full, lately=True) == allowed, why
+
+
 class Metrics:
     """A replica's metrics endpoint, replaced at its boundary (``MetricsReader``): the load it says now."""
 
@@ -178,9 +189,11 @@ def test_a_replica_busy_with_others_work_gets_fewer_records_and_its_prefix_group
         busy_metrics.load = (3, 0, None)  # none waits now; three of others' run on an engine seen full at 2
         await busy.load.read()
         assert await picks() == [quiet, quiet]
-        busy_metrics.load = (0, 0, None)  # they left: the engine is the batch's again
+        busy_metrics.load = (0, 0, None)  # they left: for LINGER_SECONDS one slot stays free for their next one
         await busy.load.read()
-        assert (await picks())[0] is busy and gate.room is None  # the group goes home again
+        assert (await picks())[0] is busy and gate.room == 4 + 1  # the group goes home, the batch still yields
+        busy.load._others_seen -= LINGER_SECONDS  # that long without others: the engine is the batch's again
+        assert (await picks())[0] is busy and gate.room is None
         await gate.aclose()
 
     asyncio.run(scenario())
