@@ -25,12 +25,12 @@ fi
 # used), only the llama-server target, with static llama/ggml libraries and portable x86-64 flags: no AMX, whose
 # kernels crash (SIGSEGV in decode) where the kernel does not grant AMX tile state to the process, as on this
 # project's x86 machines. Kept outside the checkout, where the setting OPENRELAY_LLAMA_SERVER (openrelay/config.py)
-# says, so a fresh clone or CI run does not compile it again (about 15 minutes on 2 cores, once).
+# says, so a fresh clone or CI run does not compile it again (about 6 minutes on 2 quiet cores, once).
 LLAMA=llama-cpp-python==0.3.36
 LLAMA_SERVER=$(.venv/bin/python -c 'from pathlib import Path; from openrelay.config import Settings
 print(Path(Settings.build(data_dir=Path("."), database_url="sqlite://").llama_server).expanduser())')
 if [ ! -x "$LLAMA_SERVER" ]; then
-  echo "setup: building llama-server from $LLAMA's vendored llama.cpp (about 15 minutes on 2 cores, once)" >&2
+  echo "setup: building llama-server from $LLAMA's vendored llama.cpp (about 6 minutes on 2 quiet cores, once)" >&2
   work=$(mktemp -d)
   .venv/bin/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
     -d "$work" "$LLAMA"
