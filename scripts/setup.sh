@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create or update .venv at the repo root with OpenRelay and everything it needs; `orl` ends up at .venv/bin/orl.
-# The first run on a machine builds llama-server, which runs the built-in chat model (about 15 minutes on 2 cores);
+# The first run on a machine builds llama-server, which runs the built-in chat model (about 6 minutes on 2 quiet cores);
 # the binary is kept in ~/.cache/openrelay for every checkout after that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
